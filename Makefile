@@ -1,0 +1,115 @@
+# latentd: one Makefile for the engine library, the `latent` CLI, the daemon,
+# the load client and every test. `make run` serves the default model;
+# `make test` builds and runs every test, sanitizer builds included.
+
+CC      ?= cc
+PYTHON  ?= /usr/bin/python3
+SANITIZER ?=
+
+# Debian packages the build needs; `make` installs missing ones when root.
+DEB_BUILD := libmicrohttpd-dev libjansson-dev libopenblas-dev libuv1-dev libcurl4-openssl-dev pkg-config
+# ...and the tests (numpy for the independent reference, node for real clients).
+DEB_TEST  := python3 python3-numpy curl nodejs npm
+
+ifeq ($(SANITIZER),)
+BUILD   := build
+SANFLAGS :=
+else ifeq ($(SANITIZER),address)
+BUILD   := build/asan
+SANFLAGS := -fsanitize=address -fno-omit-frame-pointer
+else ifeq ($(SANITIZER),undefined)
+BUILD   := build/ubsan
+SANFLAGS := -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+else
+$(error SANITIZER must be address or undefined)
+endif
+
+PKGS_ENGINE := jansson openblas
+PKGS_SERVER := jansson openblas libmicrohttpd libuv
+# Recursive (=) so pkg-config runs after the deps step has installed things.
+OPT      ?= -O2 -march=native
+CFLAGS_ALL = -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Iinclude -MMD -MP \
+             $(SANFLAGS) $(shell pkg-config --cflags $(PKGS_ENGINE) 2>/dev/null) $(CFLAGS)
+LIBS_ENGINE = $(shell pkg-config --libs $(PKGS_ENGINE) 2>/dev/null) -lm -lpthread
+LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
+
+ENGINE_SRC := $(wildcard engine/*.c)
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_SRC    := $(wildcard engine/cli/*.c)
+CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+ENGINE_LIB := $(BUILD)/libengine.a
+DEPS_STAMP := build/.deps-$(shell echo $(DEB_BUILD) | md5sum | cut -c1-8)
+TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
+
+.PHONY: all deps test-deps unit test test-unit test-integration test-sanitizers run clean bench
+
+all: $(BUILD)/latent $(UNIT_BIN)
+
+# Installs missing Debian packages when run as root; otherwise names the command.
+define ensure_debs
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) || exit 1; \
+	  else \
+	    echo "missing packages:$$missing"; echo "run: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+endef
+
+$(DEPS_STAMP):
+	$(call ensure_debs,$(DEB_BUILD))
+	@mkdir -p build && touch $@
+$(TEST_STAMP): | $(DEPS_STAMP)
+	$(call ensure_debs,$(DEB_TEST))
+	@mkdir -p build && touch $@
+deps: $(DEPS_STAMP)
+test-deps: $(TEST_STAMP)
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(ENGINE_LIB): $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/latent: $(CLI_OBJ) $(ENGINE_LIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ENGINE)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(ENGINE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ENGINE)
+
+unit: $(UNIT_BIN)
+
+# Unit tests of this build (plain or sanitizer).
+test-unit: $(UNIT_BIN) $(BUILD)/latent | $(TEST_STAMP)
+	@tests/run_tests.sh unit $(BUILD)
+
+# Tests that drive the binaries: reference logits, tokenizer vs gpt-3-encoder,
+# loader rejections, CLI behaviour.
+test-integration: all | $(TEST_STAMP)
+	@tests/run_tests.sh integration $(BUILD)
+
+test-sanitizers:
+	$(MAKE) --no-print-directory SANITIZER=address test-unit
+	$(MAKE) --no-print-directory SANITIZER=undefined test-unit
+
+# Everything: plain unit tests, the same under ASan and UBSan, then integration.
+test: all | $(TEST_STAMP)
+	@$(MAKE) --no-print-directory SANITIZER=address unit
+	@$(MAKE) --no-print-directory SANITIZER=undefined unit
+	@tests/run_tests.sh all $(BUILD)
+
+run: all
+	@tests/make_test_model.sh build/run-model
+	$(BUILD)/latent generate --model build/run-model --prompt "The quick brown fox" -n 32
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,51 @@
+/* The batched forward step the CLI, the daemon and the benchmarks drive.
+ *
+ * One step takes any mix of entries, each (sequence, new tokens): decode
+ * entries of one token and prefill entries of many. Blocks outside the
+ * recurrent window run once over every row of the batch (one sgemm per
+ * weight); inside the window, recurrent rows run in waves, the i-th new token
+ * of every entry together, because token t needs the state token t-1 left. */
+#ifndef LATENT_ENGINE_H
+#define LATENT_ENGINE_H
+
+#include <stdint.h>
+#include "latent/error.h"
+#include "latent/kv.h"
+#include "latent/model.h"
+
+typedef enum { LATENT_LOGITS_NONE = 0, LATENT_LOGITS_LAST, LATENT_LOGITS_ALL } latent_logits_mode;
+
+typedef struct latent_batch_entry {
+    latent_seq *seq;
+    const int32_t *tokens; int n_tokens;
+    int prompt;               /* tokens are prompt tokens: control flow follows recur_on_prompt */
+    latent_logits_mode logits;
+    float *out;               /* (1 or n_tokens, vocab), written when logits != NONE */
+} latent_batch_entry;
+
+typedef struct latent_engine_stats {
+    double step_seconds;      /* total wall time in latent_engine_step */
+    double recur_seconds;     /* of which the recurrence's own work (fusion, state update, injections) */
+    int64_t rows;             /* token rows processed */
+    int64_t steps;
+} latent_engine_stats;
+
+typedef struct latent_engine latent_engine;
+
+/* The engine borrows `m` (read-only, must outlive the engine). */
+latent_engine *latent_engine_new(const latent_model *m, latent_err *err);
+void latent_engine_free(latent_engine *e);
+
+/* Runs one step. Reserves pages for every entry first; fails without running
+ * anything when the pool is exhausted or a sequence would pass max_pos. */
+int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n, latent_err *err);
+
+/* Disables the recurrent path (runs the plain backbone on the same weights):
+ * the benchmarks' control for measuring the recurrence's overhead. */
+void latent_engine_set_recurrence(latent_engine *e, int enabled);
+const latent_engine_stats *latent_engine_get_stats(const latent_engine *e);
+
+/* Control flow of a token: 2 recurrent, 1 not (models.md §2). */
+int latent_engine_flow(const latent_config *cfg, int prompt);
+
+#endif

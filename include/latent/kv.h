@@ -1,0 +1,65 @@
+/* Per-session state: a KV cache in fixed-size pages taken from one shared pool
+ * of configured size (so memory is bounded and known), plus the recurrent
+ * state (R for T2MLR, the memory m for LRT) and a snapshot of it at every page
+ * boundary so a sequence can be forked or truncated to a page-aligned prefix. */
+#ifndef LATENT_KV_H
+#define LATENT_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "latent/config.h"
+#include "latent/error.h"
+
+typedef struct latent_kv_pool {
+    int n_layers, kv_dim;
+    int page_tokens;          /* tokens per page */
+    int n_pages;
+    float *k;                 /* (n_pages, n_layers, page_tokens, kv_dim) */
+    float *v;                 /* same layout */
+    int *refcount;            /* (n_pages) sequences holding each page */
+    int *free_stack; int n_free;
+} latent_kv_pool;
+
+/* Bytes one page takes (K and V, every layer). */
+size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens);
+/* Sizes the pool to floor(bytes / page_bytes) pages (at least one). */
+int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_tokens,
+                        size_t bytes, latent_err *err);
+void latent_kv_pool_free(latent_kv_pool *p);
+static inline int latent_kv_pool_used(const latent_kv_pool *p) { return p->n_pages - p->n_free; }
+
+/* Where token `t`'s k (or v) row of `layer` lives for a page id. */
+static inline float *latent_kv_row(const latent_kv_pool *p, float *base, int page, int layer, int slot) {
+    return base + (((size_t)page * p->n_layers + layer) * p->page_tokens + slot) * p->kv_dim;
+}
+
+typedef struct latent_seq {
+    latent_kv_pool *pool;     /* not owned */
+    int n_pos;                /* tokens whose k, v are cached */
+    int *pages; int n_pages, cap_pages;
+    int d_state;              /* d for a recurrent model, 0 for plain Llama */
+    float *state;             /* (d_state) state after the last cached token: R_{t-1} / m_{t-1} */
+    float *snapshots;         /* (cap_pages, d_state): state after the last token of page i */
+    int32_t *tokens;          /* (cap_pages * page_tokens) the cached token ids */
+    uint8_t *flows;           /* same, control flow (1 or 2) of each cached token */
+} latent_seq;
+
+/* A fresh empty sequence (state zero); owns no pages yet. */
+int latent_seq_init(latent_seq *s, latent_kv_pool *pool, const latent_config *cfg, latent_err *err);
+/* Returns every page to the pool; accepts a zeroed sequence. */
+void latent_seq_free(latent_seq *s);
+/* Makes room for n_total tokens; fails, changing nothing, when the pool has
+ * too few free pages or n_total exceeds `max_tokens`. */
+int latent_seq_reserve(latent_seq *s, int n_total, int max_tokens, latent_err *err);
+/* Keeps the first n tokens (n <= n_pos). A recurrent model's state is known
+ * only at page boundaries and at n_pos, so the kept length is rounded down to
+ * a page boundary unless n == n_pos; returns the length kept. */
+int latent_seq_truncate(latent_seq *s, int n);
+/* dst (fresh, from latent_seq_init) becomes a copy of src's first n tokens
+ * (rounded as truncate does): full pages are shared, the partial last page is
+ * copied. Returns the length forked, or -1 when the pool is out of pages. */
+int latent_seq_fork(latent_seq *dst, const latent_seq *src, int n, latent_err *err);
+/* Length of the common prefix of the cached tokens and ids[0..n). */
+int latent_seq_common_prefix(const latent_seq *s, const int32_t *ids, int n);
+
+#endif

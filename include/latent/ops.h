@@ -1,0 +1,32 @@
+/* The forward's building blocks over row-major (n, dim) activations. Each op
+ * has an optimized version and a naive reference (`_ref`) kept for tests;
+ * backward passes live beside them in engine/ops_backward.c (trainer). */
+#ifndef LATENT_OPS_H
+#define LATENT_OPS_H
+
+#include <stddef.h>
+
+/* out (n, out_dim) = x (n, in_dim) W^T, W (out_dim, in_dim). sgemv when n == 1. */
+void matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim);
+void matmul_forward_ref(float *out, const float *x, const float *w, int n, int in_dim, int out_dim);
+
+/* out = x / sqrt(mean(x^2) + eps) * weight, per row; sums in double. */
+void rmsnorm_forward(float *out, const float *x, const float *weight, int n, int dim, float eps);
+void rmsnorm_forward_ref(float *out, const float *x, const float *weight, int n, int dim, float eps);
+
+/* Rotates, in place, n_heads heads of one row at position pos (HF rotate_half:
+ * pairs (j, j + head_dim/2), angle pos * theta^(-2j/head_dim)). */
+void rope_forward(float *x, int n_heads, int head_dim, int pos, float theta);
+void rope_forward_ref(float *x, int n_heads, int head_dim, int pos, float theta);
+
+/* out (n, ffn) = silu(g) * u. */
+void swiglu_forward(float *out, const float *g, const float *u, size_t n);
+void swiglu_forward_ref(float *out, const float *g, const float *u, size_t n);
+
+/* In-place softmax of x[0..n); max-subtracted, sum in double. */
+void softmax_forward(float *x, int n);
+void softmax_forward_ref(float *x, int n);
+
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+
+#endif
