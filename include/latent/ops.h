@@ -14,9 +14,12 @@ void matmul_forward_ref(float *out, const float *x, const float *w, int n, int i
 void rmsnorm_forward(float *out, const float *x, const float *weight, int n, int dim, float eps);
 void rmsnorm_forward_ref(float *out, const float *x, const float *weight, int n, int dim, float eps);
 
-/* Rotates, in place, n_heads heads of one row at position pos (HF rotate_half:
- * pairs (j, j + head_dim/2), angle pos * theta^(-2j/head_dim)). */
-void rope_forward(float *x, int n_heads, int head_dim, int pos, float theta);
+/* RoPE in HF's rotate_half layout: pairs (j, j + head_dim/2) rotated by the
+ * angle pos * theta^(-2j/head_dim). rope_tables fills cos/sin (head_dim/2
+ * each) for one position, once per row and step; rope_forward rotates, in
+ * place, n_heads heads of one row with them. */
+void rope_tables(float *cos_out, float *sin_out, int head_dim, int pos, float theta);
+void rope_forward(float *x, int n_heads, int head_dim, const float *cos_t, const float *sin_t);
 void rope_forward_ref(float *x, int n_heads, int head_dim, int pos, float theta);
 
 /* out (n, ffn) = silu(g) * u. */

@@ -1,0 +1,21 @@
+/* The `latent` command line: one file per subcommand, shared helpers here. */
+#ifndef LATENT_CLI_H
+#define LATENT_CLI_H
+
+#include <stdint.h>
+
+int cmd_logits(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+
+/* Prints "latent: <msg>" to stderr; returns 2 (the exit code of usage errors). */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Parses a whole string as an integer / float within [lo, hi]; -1 when it is not one. */
+int cli_parse_long(const char *s, long lo, long hi, long *out);
+int cli_parse_double(const char *s, double lo, double hi, double *out);
+/* Parses "1,2,3" into a malloc'd array; returns the count, or -1. */
+int cli_parse_ids(const char *s, int32_t **out);
+/* True when argv[i] is `name` and a value follows it (advances *i). */
+int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
+
+#endif

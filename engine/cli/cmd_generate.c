@@ -1,0 +1,156 @@
+/* latent generate: stream a completion of a prompt to stdout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "latent/engine.h"
+#include "latent/kv.h"
+#include "latent/model.h"
+#include "latent/sampler.h"
+#include "latent/tokenizer.h"
+
+static const char *help =
+    "usage: latent generate --model DIR --prompt TEXT [-n N] [--temperature T]\n"
+    "                       [--top-k K] [--top-p P] [--seed S] [--ids]\n"
+    "\n"
+    "Encodes TEXT with DIR/tokenizer.json, runs it as a prompt and streams up to N\n"
+    "(default 64) generated tokens to stdout as text, stopping early at the model's\n"
+    "end-of-sequence token. --temperature 0 (the default) is greedy; otherwise the\n"
+    "sampler draws with the seeded generator (--seed, default 0), so the same seed\n"
+    "gives the same text. --ids prints the generated ids as a JSON array instead.\n";
+
+static int is_eos(const latent_config *c, int32_t id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id) return 1;
+    return 0;
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *dir = NULL, *prompt = NULL, *v;
+    long n_gen = 64, seed = 0, top_k = 0;
+    double temperature = 0, top_p = 1;
+    int print_ids = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(help, stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--ids")) { print_ids = 1; continue; }
+        if (cli_opt(argc, argv, &i, "--model", &dir) || cli_opt(argc, argv, &i, "--prompt", &prompt)) continue;
+        if (cli_opt(argc, argv, &i, "-n", &v) || cli_opt(argc, argv, &i, "--max-tokens", &v)) {
+            if (cli_parse_long(v, 0, 1L << 24, &n_gen) != 0) return cli_fail("generate: -n must be a non-negative integer (got '%s')", v);
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--temperature", &v)) {
+            if (cli_parse_double(v, 0, 100, &temperature) != 0) return cli_fail("generate: --temperature must be a number from 0 to 100 (got '%s')", v);
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--top-p", &v)) {
+            if (cli_parse_double(v, 0, 1, &top_p) != 0) return cli_fail("generate: --top-p must be a number from 0 to 1 (got '%s')", v);
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--top-k", &v)) {
+            if (cli_parse_long(v, 0, 1L << 30, &top_k) != 0) return cli_fail("generate: --top-k must be a non-negative integer (got '%s')", v);
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--seed", &v)) {
+            if (cli_parse_long(v, 0, __LONG_MAX__, &seed) != 0) return cli_fail("generate: --seed must be a non-negative integer (got '%s')", v);
+            continue;
+        }
+        fputs(help, stderr);
+        return cli_fail("generate: unknown option '%s'", argv[i]);
+    }
+    if (!dir) return cli_fail("generate: --model DIR is required");
+    if (!prompt) return cli_fail("generate: --prompt TEXT is required");
+
+    latent_model m = {0};
+    latent_err err;
+    if (latent_model_load(&m, dir, &err) != 0) {
+        cli_fail("%s", err.msg);
+        return 1;
+    }
+    int rc = 1;
+    latent_kv_pool pool = {0};
+    latent_seq seq = {0};
+    latent_engine *eng = NULL;
+    float *logits = NULL;
+    int32_t *ids = NULL;
+    if (!m.tok) {
+        cli_fail("generate: %s has no tokenizer.json", dir);
+        goto done;
+    }
+    size_t plen = strlen(prompt);
+    int n_prompt = latent_tokenizer_encode(m.tok, prompt, plen, NULL, 0);
+    if (n_prompt < 1) {
+        cli_fail("generate: the prompt encodes to no tokens");
+        goto done;
+    }
+    if (n_prompt + n_gen > m.cfg.max_pos) {
+        cli_fail("generate: %d prompt tokens + %ld to generate exceed the context of %d", n_prompt, n_gen, m.cfg.max_pos);
+        goto done;
+    }
+    ids = malloc((n_prompt + n_gen + 1) * sizeof *ids);
+    logits = malloc((size_t)m.cfg.vocab * sizeof(float));
+    if (!ids || !logits) {
+        cli_fail("generate: out of memory");
+        goto done;
+    }
+    latent_tokenizer_encode(m.tok, prompt, plen, ids, n_prompt);
+    const int page = 16;
+    int total = n_prompt + (int)n_gen;
+    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page) * (total / page + 2), &err) != 0 ||
+        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new(&m, &err))) {
+        cli_fail("%s", err.msg);
+        goto done;
+    }
+    latent_sampler_params sp;
+    latent_sampler_defaults(&sp);
+    sp.temperature = (float)temperature;
+    sp.top_p = (float)top_p;
+    sp.top_k = (int)top_k;
+    latent_rng rng;
+    latent_rng_seed(&rng, (uint64_t)seed);
+    latent_utf8_stream utf8 = {0};
+    char piece[256], text[256 + 8];
+
+    latent_batch_entry b = {.seq = &seq, .tokens = ids, .n_tokens = n_prompt, .prompt = 1,
+                            .logits = LATENT_LOGITS_LAST, .out = logits};
+    if (print_ids) putchar('[');
+    for (int t = 0; t < n_gen; t++) {
+        if (latent_engine_step(eng, &b, 1, &err) != 0) {
+            cli_fail("%s", err.msg);
+            goto done;
+        }
+        latent_sample s;
+        int32_t next = latent_sampler_sample(&sp, &rng, logits, m.cfg.vocab, ids, n_prompt + t, &s);
+        ids[n_prompt + t] = next;
+        if (is_eos(&m.cfg, next)) break;
+        if (print_ids) {
+            printf(t ? ", %d" : "%d", next);
+        } else {
+            int nb = latent_tokenizer_token_bytes(m.tok, next, piece, sizeof piece);
+            size_t out = nb > 0 ? latent_utf8_stream_feed(&utf8, piece, (size_t)nb, text) : 0;
+            fwrite(text, 1, out, stdout);
+        }
+        fflush(stdout);
+        b = (latent_batch_entry){.seq = &seq, .tokens = &ids[n_prompt + t], .n_tokens = 1, .prompt = 0,
+                                 .logits = LATENT_LOGITS_LAST, .out = logits};
+    }
+    if (print_ids) {
+        puts("]");
+    } else {
+        size_t out = latent_utf8_stream_flush(&utf8, text);
+        fwrite(text, 1, out, stdout);
+        putchar('\n');
+    }
+    rc = 0;
+done:
+    free(ids);
+    free(logits);
+    latent_engine_free(eng);
+    latent_seq_free(&seq);
+    latent_kv_pool_free(&pool);
+    latent_model_free(&m);
+    return rc;
+}

@@ -1,0 +1,100 @@
+/* latent: the engine's command line (inference now; training joins later). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"logits", cmd_logits, "print the logits of every position of a token sequence as JSON"},
+    {"generate", cmd_generate, "stream a completion of a prompt to stdout"},
+    {"tokenize", cmd_tokenize, "print the token ids of stdin as a JSON array"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: latent <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n`latent <command> --help` shows a command's options.\n");
+}
+
+int cli_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("latent: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+int cli_parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_double(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_ids(const char *s, int32_t **out) {
+    int n = 1;
+    for (const char *p = s; *p; p++) n += *p == ',';
+    int32_t *ids = malloc(n * sizeof *ids);
+    if (!ids) return -1;
+    const char *p = s;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || (*end != ',' && *end) || v < 0 || v > INT32_MAX) {
+            free(ids);
+            return -1;
+        }
+        ids[i] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    *out = ids;
+    return n;
+}
+
+int cli_opt(int argc, char **argv, int *i, const char *name, const char **value) {
+    if (strcmp(argv[*i], name) != 0) return 0;
+    if (*i + 1 >= argc) {
+        cli_fail("option %s needs a value", name);
+        exit(2);
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    cli_fail("unknown command '%s'", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,465 @@
+/* The batched forward step: plain Llama, T2MLR and LRT (models.md §1-3).
+ *
+ * Rows of a step are laid out entry after entry in one (N, d) residual
+ * stream. Blocks outside the recurrent window run once over all N rows.
+ * Inside the window [w_lo, w_hi] a row needs the state its predecessor left,
+ * so recurrent rows run in waves: wave i holds the i-th new token of every
+ * recurrent entry (batched across sequences); a non-recurrent entry (a T2MLR
+ * prompt under recur_on_prompt = false) runs whole in wave 0. */
+#include "latent/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "latent/ops.h"
+
+/* One token row of the step: where its k, v go and what it attends to. */
+typedef struct row_meta {
+    latent_seq *seq;
+    int pos;          /* 0-based position in its sequence */
+    int entry;        /* index of its batch entry */
+    int row;          /* index in the step's row layout (its RoPE tables) */
+    uint8_t flow;     /* 2 recurrent, 1 not */
+} row_meta;
+
+struct latent_engine {
+    const latent_model *m;
+    const latent_config *cfg;
+    int recurrence;               /* 0: run the plain backbone (benchmark control) */
+    latent_engine_stats stats;
+
+    int cap_rows, cap_entries, cap_ctx;
+    /* Scratch for up to cap_rows rows; one slab, carved in engine_reserve. */
+    float *slab;
+    float *x;                     /* (N, d) residual stream of the whole step */
+    float *wx;                    /* (N, d) a wave's rows gathered */
+    float *xb;                    /* (N, d) normed input of the current op */
+    float *q;                     /* (N, q_dim) */
+    float *k, *v;                 /* (N, kv_dim) */
+    float *att;                   /* (N, q_dim) attention output before Wo */
+    float *hg, *hu;               /* (N, ffn) gate and up projections */
+    float *tmp;                   /* (N, max(d, 2d for T2MLR z)) */
+    float *tmp2, *tmp3;           /* (N, d) */
+    float *mem;                   /* (N, d) recurrent state per row: R_{t-1} or m_{t-1} */
+    float *state_new;             /* (N, d) state each row leaves */
+    float *gate;                  /* (N, 2*n_kv) LRT gates */
+    float *mk, *mv;               /* (N, kv_dim) LRT memory k, v */
+    float *rope_cos, *rope_sin;   /* (N, head_dim/2) */
+    float *scores;                /* (cap_ctx) attention scores of one head */
+    row_meta *rows, *wrows;       /* (N) */
+    float *entry_state;           /* (n_entries, d) running state per entry */
+};
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int latent_engine_flow(const latent_config *cfg, int prompt) {
+    if (cfg->rec == LATENT_REC_T2MLR && prompt && !cfg->t2mlr.recur_on_prompt) return 1;
+    return 2;
+}
+
+latent_engine *latent_engine_new(const latent_model *m, latent_err *err) {
+    latent_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        latent_err_set(err, "engine: out of memory");
+        return NULL;
+    }
+    e->m = m;
+    e->cfg = &m->cfg;
+    e->recurrence = 1;
+    return e;
+}
+
+void latent_engine_free(latent_engine *e) {
+    if (!e) return;
+    free(e->slab);
+    free(e->scores);
+    free(e->rows);
+    free(e->wrows);
+    free(e->entry_state);
+    free(e);
+}
+
+void latent_engine_set_recurrence(latent_engine *e, int enabled) { e->recurrence = enabled; }
+const latent_engine_stats *latent_engine_get_stats(const latent_engine *e) { return &e->stats; }
+
+/* Grows the scratch to hold n rows, n_entries entries and a context of ctx. */
+static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, latent_err *err) {
+    const latent_config *c = e->cfg;
+    if (n > e->cap_rows) {
+        int cap = e->cap_rows ? e->cap_rows : 16;
+        while (cap < n) cap *= 2;
+        size_t d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c), f = c->ffn;
+        size_t half = c->head_dim / 2;
+        size_t per_row = 2 * d /* x, wx */ + d /* xb */ + qd + 2 * kvd + qd + 2 * f + 2 * d /* tmp */ +
+                         2 * d /* tmp2, tmp3 */ + 2 * d /* mem, state_new */ + 2 * c->n_kv_heads +
+                         2 * kvd + 2 * half;
+        float *slab = malloc(per_row * cap * sizeof(float));
+        row_meta *rows = malloc(cap * sizeof(row_meta)), *wrows = malloc(cap * sizeof(row_meta));
+        if (!slab || !rows || !wrows) {
+            free(slab), free(rows), free(wrows);
+            return latent_err_set(err, "engine: cannot allocate scratch for %d rows", n);
+        }
+        free(e->slab), free(e->rows), free(e->wrows);
+        e->slab = slab, e->rows = rows, e->wrows = wrows;
+        float *p = slab;
+#define CARVE(field, count) (e->field = p, p += (size_t)cap * (count))
+        CARVE(x, d); CARVE(wx, d); CARVE(xb, d); CARVE(q, qd); CARVE(k, kvd); CARVE(v, kvd);
+        CARVE(att, qd); CARVE(hg, f); CARVE(hu, f); CARVE(tmp, 2 * d); CARVE(tmp2, d); CARVE(tmp3, d);
+        CARVE(mem, d); CARVE(state_new, d); CARVE(gate, 2 * c->n_kv_heads); CARVE(mk, kvd);
+        CARVE(mv, kvd); CARVE(rope_cos, half); CARVE(rope_sin, half);
+#undef CARVE
+        e->cap_rows = cap;
+    }
+    if (n_entries > e->cap_entries) {
+        float *es = realloc(e->entry_state, (size_t)n_entries * c->d * sizeof(float));
+        if (!es) return latent_err_set(err, "engine: out of memory");
+        e->entry_state = es;
+        e->cap_entries = n_entries;
+    }
+    if (ctx > e->cap_ctx) {
+        float *s = realloc(e->scores, (size_t)ctx * sizeof(float));
+        if (!s) return latent_err_set(err, "engine: out of memory");
+        e->scores = s;
+        e->cap_ctx = ctx;
+    }
+    return 0;
+}
+
+/* Causal attention of n rows over their sequences' cached k, v (the rows'
+ * own k, v are already written), GQA with n_heads / n_kv_heads q heads per kv head. */
+static void attention_forward(latent_engine *e, int layer, const row_meta *rows, int n) {
+    const latent_config *c = e->cfg;
+    int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int r = 0; r < n; r++) {
+        latent_seq *s = rows[r].seq;
+        latent_kv_pool *pool = s->pool;
+        int P = pool->page_tokens, len = rows[r].pos + 1;
+        for (int h = 0; h < c->n_heads; h++) {
+            const float *qh = e->q + (size_t)r * qd + (size_t)h * hd;
+            int kvh = h / group;
+            float *sc = e->scores;
+            for (int t = 0; t < len; t++) {
+                const float *kt = latent_kv_row(pool, pool->k, s->pages[t / P], layer, t % P) + kvh * hd;
+                float dot = 0;
+                for (int i = 0; i < hd; i++) dot += qh[i] * kt[i];
+                sc[t] = dot * scale;
+            }
+            softmax_forward(sc, len);
+            float *out = e->att + (size_t)r * qd + (size_t)h * hd;
+            memset(out, 0, hd * sizeof(float));
+            for (int t = 0; t < len; t++) {
+                const float *vt = latent_kv_row(pool, pool->v, s->pages[t / P], layer, t % P) + kvh * hd;
+                float p = sc[t];
+                for (int i = 0; i < hd; i++) out[i] += p * vt[i];
+            }
+        }
+    }
+}
+
+/* LRT KV injection (models.md §3) on n rows: k, v of each kv head j become
+ * g_loc_j * k_j + g_fb_j * (m K^T)_j, gates g = 2 sigmoid(a G^T). */
+static void lrt_kv_inject(latent_engine *e, const latent_layer *L, const float *mem, int n) {
+    const latent_config *c = e->cfg;
+    int kvd = latent_config_kv_dim(c), nkv = c->n_kv_heads, hd = c->head_dim;
+    matmul_forward(e->gate, e->xb, L->lrt_gate, n, c->d, 2 * nkv);
+    matmul_forward(e->mk, mem, L->lrt_k, n, c->d, kvd);
+    matmul_forward(e->mv, mem, L->lrt_v, n, c->d, kvd);
+    for (int r = 0; r < n; r++) {
+        const float *g = e->gate + (size_t)r * 2 * nkv;
+        for (int j = 0; j < nkv; j++) {
+            float gl = 2.0f * sigmoidf_(g[j]), gf = 2.0f * sigmoidf_(g[nkv + j]);
+            size_t o = (size_t)r * kvd + (size_t)j * hd;
+            for (int i = 0; i < hd; i++) {
+                e->k[o + i] = gl * e->k[o + i] + gf * e->mk[o + i];
+                e->v[o + i] = gl * e->v[o + i] + gf * e->mv[o + i];
+            }
+        }
+    }
+}
+
+/* Block `layer` on n rows of x (in place). mem (n, d) is the LRT memory of
+ * each row, or NULL to run the plain block. */
+static void block_forward(latent_engine *e, int layer, float *x, const row_meta *rows, int n,
+                          const float *mem) {
+    const latent_config *c = e->cfg;
+    const latent_layer *L = &e->m->w.layers[layer];
+    int d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c), hd = c->head_dim;
+    int half = hd / 2;
+    int inject = mem && c->rec == LATENT_REC_LRT && layer >= c->lrt.inject_start && layer <= c->lrt.inject_end;
+
+    if (inject && c->lrt.residual_injection) {
+        double t0 = now_seconds();
+        float alpha = L->lrt_alpha[0], gamma = L->lrt_gamma[0];
+        for (size_t i = 0; i < (size_t)n * d; i++) x[i] = alpha * x[i] + gamma * mem[i];
+        e->stats.recur_seconds += now_seconds() - t0;
+    }
+    rmsnorm_forward(e->xb, x, L->attn_norm, n, d, c->rms_eps);
+    matmul_forward(e->q, e->xb, L->wq, n, d, qd);
+    matmul_forward(e->k, e->xb, L->wk, n, d, kvd);
+    matmul_forward(e->v, e->xb, L->wv, n, d, kvd);
+    if (inject && c->lrt.kv_injection) {
+        double t0 = now_seconds();
+        lrt_kv_inject(e, L, mem, n);
+        e->stats.recur_seconds += now_seconds() - t0;
+    }
+    for (int r = 0; r < n; r++) {
+        size_t tr = (size_t)rows[r].row * half;
+        const float *cs = e->rope_cos + tr, *sn = e->rope_sin + tr;
+        rope_forward(e->q + (size_t)r * qd, c->n_heads, hd, cs, sn);
+        rope_forward(e->k + (size_t)r * kvd, c->n_kv_heads, hd, cs, sn);
+        latent_kv_pool *pool = rows[r].seq->pool;
+        int P = pool->page_tokens, pos = rows[r].pos, page = rows[r].seq->pages[pos / P];
+        memcpy(latent_kv_row(pool, pool->k, page, layer, pos % P), e->k + (size_t)r * kvd, kvd * sizeof(float));
+        memcpy(latent_kv_row(pool, pool->v, page, layer, pos % P), e->v + (size_t)r * kvd, kvd * sizeof(float));
+    }
+    attention_forward(e, layer, rows, n);
+    matmul_forward(e->tmp, e->att, L->wo, n, qd, d);
+    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
+
+    rmsnorm_forward(e->xb, x, L->mlp_norm, n, d, c->rms_eps);
+    matmul_forward(e->hg, e->xb, L->wg, n, d, c->ffn);
+    matmul_forward(e->hu, e->xb, L->wu, n, d, c->ffn);
+    swiglu_forward(e->hg, e->hg, e->hu, (size_t)n * c->ffn);
+    matmul_forward(e->tmp, e->hg, L->wd, n, c->ffn, d);
+    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
+}
+
+/* T2MLR fusion Phi(h, R) on the rows of x with flow 2 (models.md §2):
+ * h + tanh(g_rec) sigmoid(z F_rec^T + b_rec) * u + tanh(g_cur) sigmoid(z F_cur^T + b_cur) * h,
+ * u = R W_rec^T, z = [h ; u]. mem holds each row's R_{t-1}. */
+static void t2mlr_fuse(latent_engine *e, float *x, const row_meta *rows, int n, const float *mem) {
+    const latent_t2mlr_weights *W = &e->m->w.t2mlr;
+    int d = e->cfg->d;
+    float tr = tanhf(W->gamma_rec[0]), tc = tanhf(W->gamma_cur[0]);
+    float *u = e->tmp2, *z = e->tmp, *gr = e->tmp3, *gc = e->xb;
+    matmul_forward(u, mem, W->w_rec, n, d, d);
+    for (int r = 0; r < n; r++) {
+        memcpy(z + (size_t)r * 2 * d, x + (size_t)r * d, d * sizeof(float));
+        memcpy(z + (size_t)r * 2 * d + d, u + (size_t)r * d, d * sizeof(float));
+    }
+    matmul_forward(gr, z, W->f_rec_w, n, 2 * d, d);
+    matmul_forward(gc, z, W->f_cur_w, n, 2 * d, d);
+    for (int r = 0; r < n; r++) {
+        if (rows[r].flow != 2) continue;
+        float *h = x + (size_t)r * d;
+        const float *ur = u + (size_t)r * d, *grr = gr + (size_t)r * d, *gcr = gc + (size_t)r * d;
+        for (int i = 0; i < d; i++) {
+            float hi = h[i];
+            h[i] = hi + tr * sigmoidf_(grr[i] + W->f_rec_b[i]) * ur[i] + tc * sigmoidf_(gcr[i] + W->f_cur_b[i]) * hi;
+        }
+    }
+}
+
+/* T2MLR cache update: the state row r leaves, from y = h^(l_end). */
+static void t2mlr_update(const latent_config *c, float *out, const float *y, const float *prev, uint8_t flow) {
+    int d = c->d;
+    if (flow != 2 || !c->t2mlr.cache_residual) {
+        memcpy(out, y, d * sizeof(float));
+        return;
+    }
+    double ss = 0;
+    for (int i = 0; i < d; i++) {
+        out[i] = y[i] + prev[i];
+        ss += (double)out[i] * out[i];
+    }
+    double f = 1.0 / sqrt(ss / d + c->t2mlr.cache_norm_eps), cl = c->t2mlr.cache_norm_clamp;
+    if (f > cl) f = cl;
+    if (f < 1.0 / cl) f = 1.0 / cl;
+    for (int i = 0; i < d; i++) out[i] = (float)(out[i] * f);
+}
+
+/* Records the state row r leaves: snapshot at page ends, entry's running state. */
+static void commit_state(latent_engine *e, const row_meta *row, const float *state) {
+    latent_seq *s = row->seq;
+    int d = e->cfg->d, P = s->pool->page_tokens;
+    if ((row->pos + 1) % P == 0)
+        memcpy(s->snapshots + (size_t)((row->pos + 1) / P - 1) * d, state, d * sizeof(float));
+    memcpy(e->entry_state + (size_t)row->entry * d, state, d * sizeof(float));
+}
+
+/* The recurrent window [lo, hi] of layers, or lo > hi when none. */
+static void recurrent_window(const latent_engine *e, int *lo, int *hi) {
+    const latent_config *c = e->cfg;
+    *lo = 1, *hi = 0;
+    if (!e->recurrence) return;
+    if (c->rec == LATENT_REC_T2MLR) {
+        *lo = c->t2mlr.l_start, *hi = c->t2mlr.l_end;
+    } else if (c->rec == LATENT_REC_LRT) {
+        int src = c->lrt.source_layer < 0 ? c->n_layers - 1 : c->lrt.source_layer;
+        *lo = c->lrt.inject_start;
+        *hi = src > c->lrt.inject_end ? src : c->lrt.inject_end;
+        /* The memory comes from below every injected block: no wave needed. */
+        if (c->lrt.source_layer >= 0 && src < c->lrt.inject_start) *lo = 1, *hi = 0;
+    }
+}
+
+/* Runs the window's blocks on one wave of n rows (gathered in wx). */
+static void run_wave(latent_engine *e, float *wx, const row_meta *rows, int n, int lo, int hi) {
+    const latent_config *c = e->cfg;
+    int d = c->d;
+    for (int r = 0; r < n; r++)
+        memcpy(e->mem + (size_t)r * d, e->entry_state + (size_t)rows[r].entry * d, d * sizeof(float));
+    if (c->rec == LATENT_REC_T2MLR) {
+        double t0 = now_seconds();
+        t2mlr_fuse(e, wx, rows, n, e->mem);
+        e->stats.recur_seconds += now_seconds() - t0;
+        for (int l = lo; l <= hi; l++) block_forward(e, l, wx, rows, n, NULL);
+        t0 = now_seconds();
+        for (int r = 0; r < n; r++) {
+            t2mlr_update(c, e->state_new + (size_t)r * d, wx + (size_t)r * d, e->mem + (size_t)r * d, rows[r].flow);
+            commit_state(e, &rows[r], e->state_new + (size_t)r * d);
+        }
+        e->stats.recur_seconds += now_seconds() - t0;
+        return;
+    }
+    /* LRT: every row of the wave injects its entry's m_{t-1}; the new memory
+     * is captured after the source block (or the final norm) and committed
+     * only after the wave, since later blocks still inject m_{t-1}. */
+    int src = c->lrt.source_layer;
+    for (int l = lo; l <= hi; l++) {
+        block_forward(e, l, wx, rows, n, e->mem);
+        if (l == src) memcpy(e->state_new, wx, (size_t)n * d * sizeof(float));
+    }
+    if (src < 0) rmsnorm_forward(e->state_new, wx, e->m->w.final_norm, n, d, c->rms_eps);
+    for (int r = 0; r < n; r++) commit_state(e, &rows[r], e->state_new + (size_t)r * d);
+}
+
+/* LRT whose source block lies below every injected block: the memory of row
+ * t is h^(src) of row t-1, known after a batched pass up to src. */
+static void lrt_memory_from_below(latent_engine *e, latent_batch_entry *entries, int n_entries,
+                                  const int *start) {
+    int d = e->cfg->d;
+    for (int en = 0; en < n_entries; en++) {
+        for (int i = 0; i < entries[en].n_tokens; i++) {
+            int r = start[en] + i;
+            const float *prev = i == 0 ? entries[en].seq->state : e->x + (size_t)(r - 1) * d;
+            memcpy(e->mem + (size_t)r * d, prev, d * sizeof(float));
+        }
+        for (int i = 0; i < entries[en].n_tokens; i++) {
+            int r = start[en] + i;
+            commit_state(e, &e->rows[r], e->x + (size_t)r * d);
+        }
+    }
+}
+
+int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entries, latent_err *err) {
+    const latent_config *c = e->cfg;
+    const latent_weights *w = &e->m->w;
+    int d = c->d;
+    double t_start = now_seconds();
+
+    int N = 0, max_ctx = 0;
+    for (int en = 0; en < n_entries; en++) {
+        latent_batch_entry *b = &entries[en];
+        if (b->n_tokens < 1) return latent_err_set(err, "batch entry %d has no tokens", en);
+        for (int j = 0; j < en; j++)
+            if (entries[j].seq == b->seq) return latent_err_set(err, "batch entries %d and %d share a sequence", j, en);
+        for (int i = 0; i < b->n_tokens; i++)
+            if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab)
+                return latent_err_set(err, "token id %d is outside the vocabulary (0..%d)", b->tokens[i], c->vocab - 1);
+        if (b->seq->n_pos + b->n_tokens > max_ctx) max_ctx = b->seq->n_pos + b->n_tokens;
+        N += b->n_tokens;
+    }
+    for (int en = 0; en < n_entries; en++) {
+        latent_batch_entry *b = &entries[en];
+        if (latent_seq_reserve(b->seq, b->seq->n_pos + b->n_tokens, c->max_pos, err) != 0) return -1;
+    }
+    if (engine_reserve(e, N, n_entries, max_ctx, err) != 0) return -1;
+
+    /* Lay out the rows, embed them, and build each row's RoPE tables. */
+    int start[n_entries > 0 ? n_entries : 1];
+    int n_waves = 1, half = c->head_dim / 2;
+    for (int en = 0, r = 0; en < n_entries; en++) {
+        latent_batch_entry *b = &entries[en];
+        start[en] = r;
+        uint8_t flow = (uint8_t)latent_engine_flow(c, b->prompt);
+        if (flow == 2 && b->n_tokens > n_waves) n_waves = b->n_tokens;
+        if (b->seq->d_state) memcpy(e->entry_state + (size_t)en * d, b->seq->state, d * sizeof(float));
+        for (int i = 0; i < b->n_tokens; i++, r++) {
+            e->rows[r] = (row_meta){.seq = b->seq, .pos = b->seq->n_pos + i, .entry = en, .row = r, .flow = flow};
+            memcpy(e->x + (size_t)r * d, w->embed + (size_t)b->tokens[i] * d, d * sizeof(float));
+            rope_tables(e->rope_cos + (size_t)r * half, e->rope_sin + (size_t)r * half, c->head_dim,
+                        e->rows[r].pos, c->rope_theta);
+        }
+    }
+
+    int lo, hi;
+    recurrent_window(e, &lo, &hi);
+    int lrt_below = e->recurrence && c->rec == LATENT_REC_LRT && lo > hi;
+    int first_after = lo <= hi ? hi + 1 : 0;
+    if (lo <= hi) {
+        for (int l = 0; l < lo; l++) block_forward(e, l, e->x, e->rows, N, NULL);
+        if (n_waves == 1) {
+            /* Every entry fits one wave (decode steps): run it in place. */
+            run_wave(e, e->x, e->rows, N, lo, hi);
+        } else {
+            for (int wv = 0; wv < n_waves; wv++) {
+                int n = 0;
+                for (int en = 0; en < n_entries; en++) {
+                    int k0 = start[en], cnt = entries[en].n_tokens;
+                    int recurrent = e->rows[k0].flow == 2;
+                    int from = recurrent ? wv : 0, to = recurrent ? wv + 1 : (wv == 0 ? cnt : 0);
+                    for (int i = from; i < to && i < cnt; i++, n++) {
+                        e->wrows[n] = e->rows[k0 + i];
+                        memcpy(e->wx + (size_t)n * d, e->x + (size_t)(k0 + i) * d, d * sizeof(float));
+                    }
+                }
+                run_wave(e, e->wx, e->wrows, n, lo, hi);
+                for (int r = 0; r < n; r++)
+                    memcpy(e->x + (size_t)e->wrows[r].row * d, e->wx + (size_t)r * d, d * sizeof(float));
+            }
+        }
+    } else if (lrt_below) {
+        int src = c->lrt.source_layer;
+        for (int l = 0; l <= src; l++) block_forward(e, l, e->x, e->rows, N, NULL);
+        double t0 = now_seconds();
+        lrt_memory_from_below(e, entries, n_entries, start);
+        e->stats.recur_seconds += now_seconds() - t0;
+        first_after = src + 1;
+    }
+    for (int l = first_after; l < c->n_layers; l++)
+        block_forward(e, l, e->x, e->rows, N, lrt_below ? e->mem : NULL);
+
+    /* Commit each sequence: tokens, flows, position, state. */
+    for (int en = 0; en < n_entries; en++) {
+        latent_batch_entry *b = &entries[en];
+        latent_seq *s = b->seq;
+        for (int i = 0; i < b->n_tokens; i++) {
+            s->tokens[s->n_pos + i] = b->tokens[i];
+            s->flows[s->n_pos + i] = e->rows[start[en]].flow;
+        }
+        s->n_pos += b->n_tokens;
+        if (s->d_state && e->recurrence) memcpy(s->state, e->entry_state + (size_t)en * d, d * sizeof(float));
+    }
+
+    /* Logits for the rows asked for: final norm, then the LM head over them at once. */
+    int nl = 0;
+    for (int en = 0; en < n_entries; en++) {
+        latent_batch_entry *b = &entries[en];
+        if (b->logits == LATENT_LOGITS_NONE) continue;
+        int from = b->logits == LATENT_LOGITS_ALL ? 0 : b->n_tokens - 1;
+        for (int i = from; i < b->n_tokens; i++, nl++)
+            memcpy(e->wx + (size_t)nl * d, e->x + (size_t)(start[en] + i) * d, d * sizeof(float));
+    }
+    if (nl > 0) {
+        rmsnorm_forward(e->xb, e->wx, w->final_norm, nl, d, c->rms_eps);
+        for (int en = 0, r = 0; en < n_entries; en++) {
+            latent_batch_entry *b = &entries[en];
+            if (b->logits == LATENT_LOGITS_NONE) continue;
+            int rows = b->logits == LATENT_LOGITS_ALL ? b->n_tokens : 1;
+            matmul_forward(b->out, e->xb + (size_t)r * d, w->lm_head, rows, d, c->vocab);
+            r += rows;
+        }
+    }
+    e->stats.rows += N;
+    e->stats.steps++;
+    e->stats.step_seconds += now_seconds() - t_start;
+    return 0;
+}

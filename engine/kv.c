@@ -1,0 +1,197 @@
+/* KV pages from a fixed pool, and the per-sequence state built on them. */
+#include "latent/kv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens) {
+    return 2 * sizeof(float) * (size_t)cfg->n_layers * page_tokens * latent_config_kv_dim(cfg);
+}
+
+int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_tokens, size_t bytes,
+                        latent_err *err) {
+    memset(p, 0, sizeof *p);
+    if (page_tokens < 1) return latent_err_set(err, "kv pool: page size must be at least 1 token");
+    size_t page_bytes = latent_kv_page_bytes(cfg, page_tokens);
+    size_t n = bytes / page_bytes;
+    if (n < 1) n = 1;
+    if (n > (size_t)1 << 30) return latent_err_set(err, "kv pool: %zu pages is too many", n);
+    p->n_layers = cfg->n_layers;
+    p->kv_dim = latent_config_kv_dim(cfg);
+    p->page_tokens = page_tokens;
+    p->n_pages = (int)n;
+    size_t floats = n * page_bytes / (2 * sizeof(float));
+    p->k = malloc(floats * sizeof(float));
+    p->v = malloc(floats * sizeof(float));
+    p->refcount = calloc(n, sizeof(int));
+    p->free_stack = malloc(n * sizeof(int));
+    if (!p->k || !p->v || !p->refcount || !p->free_stack) {
+        latent_kv_pool_free(p);
+        return latent_err_set(err, "kv pool: cannot allocate %zu pages of %zu bytes", n, page_bytes);
+    }
+    /* Pop order hands out page 0 first: keeps early sequences' pages close. */
+    for (int i = 0; i < p->n_pages; i++) p->free_stack[i] = p->n_pages - 1 - i;
+    p->n_free = p->n_pages;
+    return 0;
+}
+
+void latent_kv_pool_free(latent_kv_pool *p) {
+    if (!p) return;
+    free(p->k);
+    free(p->v);
+    free(p->refcount);
+    free(p->free_stack);
+    memset(p, 0, sizeof *p);
+}
+
+static int pool_take(latent_kv_pool *p) {
+    if (p->n_free == 0) return -1;
+    int page = p->free_stack[--p->n_free];
+    p->refcount[page] = 1;
+    return page;
+}
+
+static void pool_release(latent_kv_pool *p, int page) {
+    if (--p->refcount[page] == 0) p->free_stack[p->n_free++] = page;
+}
+
+int latent_seq_init(latent_seq *s, latent_kv_pool *pool, const latent_config *cfg, latent_err *err) {
+    memset(s, 0, sizeof *s);
+    s->pool = pool;
+    s->d_state = cfg->rec == LATENT_REC_NONE ? 0 : cfg->d;
+    if (s->d_state) {
+        s->state = calloc(s->d_state, sizeof(float));
+        if (!s->state) return latent_err_set(err, "sequence: out of memory");
+    }
+    return 0;
+}
+
+void latent_seq_free(latent_seq *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_pages; i++) pool_release(s->pool, s->pages[i]);
+    free(s->pages);
+    free(s->state);
+    free(s->snapshots);
+    free(s->tokens);
+    free(s->flows);
+    memset(s, 0, sizeof *s);
+}
+
+/* Grows the per-page arrays to hold `cap` pages. */
+static int seq_grow(latent_seq *s, int cap) {
+    if (cap <= s->cap_pages) return 0;
+    int newcap = s->cap_pages ? s->cap_pages : 4;
+    while (newcap < cap) newcap *= 2;
+    size_t P = (size_t)s->pool->page_tokens;
+    int *pages = realloc(s->pages, newcap * sizeof(int));
+    if (!pages) return -1;
+    s->pages = pages;
+    int32_t *tokens = realloc(s->tokens, newcap * P * sizeof(int32_t));
+    if (!tokens) return -1;
+    s->tokens = tokens;
+    uint8_t *flows = realloc(s->flows, newcap * P);
+    if (!flows) return -1;
+    s->flows = flows;
+    if (s->d_state) {
+        float *snaps = realloc(s->snapshots, (size_t)newcap * s->d_state * sizeof(float));
+        if (!snaps) return -1;
+        s->snapshots = snaps;
+    }
+    s->cap_pages = newcap;
+    return 0;
+}
+
+int latent_seq_reserve(latent_seq *s, int n_total, int max_tokens, latent_err *err) {
+    if (n_total > max_tokens)
+        return latent_err_set(err, "sequence of %d tokens exceeds the context of %d tokens", n_total,
+                              max_tokens);
+    int P = s->pool->page_tokens;
+    int need = (n_total + P - 1) / P;
+    /* The page the next token lands in may be shared with a fork (the
+     * sequence was truncated into it): it must be copied before writing. */
+    int cow = n_total > s->n_pos && s->n_pos % P != 0 && s->pool->refcount[s->pages[s->n_pos / P]] > 1;
+    int more = need > s->n_pages ? need - s->n_pages : 0;
+    if (more + cow == 0) return 0;
+    if (more + cow > s->pool->n_free)
+        return latent_err_set(err, "kv pool exhausted: %d more pages needed, %d free of %d",
+                              more + cow, s->pool->n_free, s->pool->n_pages);
+    if (seq_grow(s, need) != 0) return latent_err_set(err, "sequence: out of memory");
+    if (cow) {
+        latent_kv_pool *p = s->pool;
+        int old = s->pages[s->n_pos / P], page = pool_take(p);
+        size_t floats = (size_t)p->n_layers * P * p->kv_dim;
+        memcpy(latent_kv_row(p, p->k, page, 0, 0), latent_kv_row(p, p->k, old, 0, 0), floats * sizeof(float));
+        memcpy(latent_kv_row(p, p->v, page, 0, 0), latent_kv_row(p, p->v, old, 0, 0), floats * sizeof(float));
+        pool_release(p, old);
+        s->pages[s->n_pos / P] = page;
+    }
+    while (s->n_pages < need) s->pages[s->n_pages++] = pool_take(s->pool);
+    return 0;
+}
+
+/* The length a recurrent sequence can be cut to: n itself when the state
+ * there is known (n == n_pos, or n == 0), else the page boundary below it. */
+static int keepable_length(const latent_seq *s, int n) {
+    if (n >= s->n_pos) return s->n_pos;
+    if (!s->d_state || n == 0) return n;
+    return n / s->pool->page_tokens * s->pool->page_tokens;
+}
+
+/* State after the first n tokens, for an n that keepable_length returned. */
+static void state_at(const latent_seq *s, int n, float *dst) {
+    if (n == s->n_pos) {
+        if (dst != s->state) memcpy(dst, s->state, s->d_state * sizeof(float));
+    } else if (n == 0) {
+        memset(dst, 0, s->d_state * sizeof(float));
+    } else {
+        int page = n / s->pool->page_tokens - 1;
+        memcpy(dst, s->snapshots + (size_t)page * s->d_state, s->d_state * sizeof(float));
+    }
+}
+
+int latent_seq_truncate(latent_seq *s, int n) {
+    if (n < 0) n = 0;
+    n = keepable_length(s, n);
+    if (s->d_state) state_at(s, n, s->state);
+    int P = s->pool->page_tokens;
+    int keep_pages = (n + P - 1) / P;
+    while (s->n_pages > keep_pages) pool_release(s->pool, s->pages[--s->n_pages]);
+    s->n_pos = n;
+    return n;
+}
+
+int latent_seq_fork(latent_seq *dst, const latent_seq *src, int n, latent_err *err) {
+    latent_kv_pool *p = src->pool;
+    int P = p->page_tokens;
+    n = keepable_length(src, n < 0 ? 0 : n);
+    int full = n / P, partial = n % P ? 1 : 0;
+    if (partial && p->n_free < 1) return latent_err_set(err, "kv pool exhausted: cannot copy a page to fork");
+    if (seq_grow(dst, full + partial) != 0) return latent_err_set(err, "sequence: out of memory");
+    for (int i = 0; i < full; i++) {
+        dst->pages[i] = src->pages[i];
+        p->refcount[src->pages[i]]++;
+    }
+    if (partial) {
+        /* The last page will be written by both sequences: copy it. */
+        int page = pool_take(p);
+        size_t floats = (size_t)p->n_layers * P * p->kv_dim;
+        memcpy(latent_kv_row(p, p->k, page, 0, 0), latent_kv_row(p, p->k, src->pages[full], 0, 0), floats * sizeof(float));
+        memcpy(latent_kv_row(p, p->v, page, 0, 0), latent_kv_row(p, p->v, src->pages[full], 0, 0), floats * sizeof(float));
+        dst->pages[full] = page;
+    }
+    dst->n_pages = full + partial;
+    memcpy(dst->tokens, src->tokens, n * sizeof(int32_t));
+    memcpy(dst->flows, src->flows, n);
+    if (dst->d_state) {
+        memcpy(dst->snapshots, src->snapshots, (size_t)full * dst->d_state * sizeof(float));
+        state_at(src, n, dst->state);
+    }
+    dst->n_pos = n;
+    return n;
+}
+
+int latent_seq_common_prefix(const latent_seq *s, const int32_t *ids, int n) {
+    int i = 0;
+    while (i < n && i < s->n_pos && s->tokens[i] == ids[i]) i++;
+    return i;
+}
