@@ -93,9 +93,10 @@ int cmd_tokenize(int argc, char **argv) {
         int cap = (int)(len < 1024 ? 1024 : len + 16);
         int32_t *ids = malloc((size_t)cap * sizeof *ids);
         int n = ids ? latent_tokenizer_encode(tok, text, len, ids, cap) : -1;
-        if (n > cap && n < (1 << 30)) {
+        if (n > cap) {
             /* More ids than bytes can only come from a pathological tokenizer; retry. */
-            int32_t *ni = realloc(ids, (size_t)n * sizeof *ids);
+            size_t need = (size_t)(unsigned)n;
+            int32_t *ni = realloc(ids, need * sizeof *ids);
             if (ni) ids = ni, n = latent_tokenizer_encode(tok, text, len, ids, n);
         }
         if (n < 0) {
