@@ -65,7 +65,9 @@ typedef struct latent_model {
     struct latent_tokenizer *tok;  /* NULL when the directory has no tokenizer.json */
 } latent_model;
 
-/* Builds the parameter table for cfg and allocates one zeroed slab behind it. */
+/* Builds the parameter table for cfg and allocates one zeroed slab behind it.
+ * Each param's slot points into *w (and w->layers), so *w must stay where it
+ * was allocated (do not copy the struct by value and use the copy). */
 int latent_weights_alloc(latent_weights *w, const latent_config *cfg, latent_err *err);
 void latent_weights_free(latent_weights *w);
 const latent_param *latent_weights_find(const latent_weights *w, const char *name);
@@ -76,7 +78,9 @@ const latent_param *latent_weights_find(const latent_weights *w, const char *nam
 int latent_model_load(latent_model *m, const char *dir, latent_err *err);
 void latent_model_free(latent_model *m);
 
-/* Writes the weights as `dir`/model.safetensors (F32 or BF16) atomically. */
+/* Writes every param (F32, or BF16 when bf16 != 0) atomically: to
+ * `path`/model.safetensors when path is an existing directory, else to the
+ * file `path` itself. */
 int latent_weights_save(const latent_weights *w, const char *path, int bf16, latent_err *err);
 
 #endif
