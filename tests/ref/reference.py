@@ -7,8 +7,10 @@
       tokens (control flow 2). Without --n-prompt every token is prompt.
   reference.py --model DIR (--tokens 1,2,3 | --prompt TEXT) --generate N [--stop-at-eos]
       prints {"tokens": [prompt ids + N greedy ids], "prompt_tokens": P,
-              "generated": [...], "text": decoded generated ids}
-      (argmax, ties to the lowest id).
+              "generated": [...], "stopped_at_eos": bool, "text": decoded generated ids}
+      (argmax, ties to the lowest id; with --stop-at-eos an eos id ends the
+      output and is not included). Prompt tokens run as prompt (control flow
+      per recur_on_prompt), generated ones with control flow 2.
 
 Every token runs one sequential forward pass with a KV cache, exactly as
 models.md states the recurrence (no parallel approximation anywhere).
@@ -208,14 +210,16 @@ def main(argv):
     for t in toks:
         logits = sess.step(t, pf)
     gen = []
+    stopped = False
     for n in range(a.generate):
         nxt = argmax_low(logits)
-        gen.append(nxt)
         if a.stop_at_eos and nxt in m.eos:
+            stopped = True  # the end-of-sequence id is not part of the output
             break
+        gen.append(nxt)
         if n + 1 < a.generate:
             logits = sess.step(nxt, 2)
-    res = {"tokens": toks + gen, "prompt_tokens": len(toks), "generated": gen}
+    res = {"tokens": toks + gen, "prompt_tokens": len(toks), "generated": gen, "stopped_at_eos": stopped}
     if os.path.exists(m.tok_path):
         tk = bpe_py.Tokenizer(m.tok_path)
         res["text"] = tk.decode(gen)

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The C engine's logits against the independent float64 numpy reference
+# (tests/ref/reference.py) for every model kind, in F32, BF16, F16 and sharded:
+# max|diff| / max|ref| over all positions must stay below 1e-4. Also: T2MLR
+# with gammas = 0 gives the plain model's logits bit for bit.
+# env: LATENT_BUILD (dir with `latent`), LATENT_ROOT, PYTHON.
+set -u
+root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+build=${LATENT_BUILD:-$root/build}
+PY=${PYTHON:-/usr/bin/python3}
+latent=$build/latent
+ref=$root/tests/ref
+tol=1e-4
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/latent-logits.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fails=0; n=0
+
+echo "== reference self-test"
+if ! "$PY" "$ref/selftest.py" > "$tmp/selftest.log" 2>&1; then
+    cat "$tmp/selftest.log"; echo "FAIL reference self-test"; fails=$((fails + 1))
+else
+    tail -n 1 "$tmp/selftest.log"
+fi
+[ -x "$latent" ] || { echo "FAIL: $latent not built"; exit 1; }
+
+tokens=1,5,100,200,300,7,8,400,9,33,511,2,0,259,312
+
+# name | make_model.py flags
+models=(
+  "plain-tied|--kind plain --seed 11"
+  "plain-untied|--kind plain --seed 12 --untied"
+  "gqa-head-dim|--kind plain --seed 13 --heads 4 --kv-heads 1 --head-dim 24 --untied"
+  "mha|--kind plain --seed 14 --kv-heads 4 --rope-theta 100000"
+  "t2mlr-rop|--kind t2mlr --seed 21"
+  "t2mlr-norop|--kind t2mlr --seed 22 --recur-on-prompt 0"
+  "t2mlr-nocache-res|--kind t2mlr --seed 23 --cache-residual 0"
+  "t2mlr-lstart0|--kind t2mlr --seed 24 --t2mlr 0,3 --cache-norm-clamp 1.5"
+  "t2mlr-gqa|--kind t2mlr --seed 25 --heads 4 --kv-heads 1 --head-dim 24 --t2mlr 2,2"
+  "lrt-perblock|--kind lrt --seed 31"
+  "lrt-shared|--kind lrt --seed 32 --lrt-shared"
+  "lrt-src-final|--kind lrt --seed 33 --lrt-source -1"
+  "lrt-residual-only|--kind lrt --seed 34 --kv-injection 0"
+  "lrt-kv-only|--kind lrt --seed 35 --residual-injection 0"
+  "lrt-partial|--kind lrt --seed 36 --lrt-inject 1,2 --lrt-source 0 --lrt-shared"
+  "lrt-gqa|--kind lrt --seed 37 --heads 4 --kv-heads 1 --head-dim 24"
+)
+
+# name, model dir, extra logits args...
+compare() {
+    local name=$1 dir=$2; shift 2
+    n=$((n + 1))
+    if ! "$latent" logits --model "$dir" --tokens "$tokens" "$@" > "$tmp/eng.json" 2> "$tmp/eng.err"; then
+        printf 'FAIL %-34s engine exited non-zero: %s\n' "$name" "$(head -c 300 "$tmp/eng.err")"
+        fails=$((fails + 1)); return
+    fi
+    "$PY" "$ref/reference.py" --model "$dir" --tokens "$tokens" "$@" > "$tmp/ref.json" || {
+        echo "FAIL $name: reference failed"; fails=$((fails + 1)); return; }
+    local msg
+    if msg=$("$PY" "$ref/compare_logits.py" "$tmp/eng.json" "$tmp/ref.json" "$tol"); then
+        printf 'ok   %-34s %s\n' "$name" "$msg"
+    else
+        printf 'FAIL %-34s %s\n' "$name" "$msg"; fails=$((fails + 1))
+    fi
+}
+
+for dt in f32 bf16 f16; do
+    for entry in "${models[@]}"; do
+        name=${entry%%|*}; flags=${entry#*|}
+        dir=$tmp/$name-$dt
+        # shellcheck disable=SC2086
+        "$PY" "$ref/make_model.py" --out "$dir" --dtype "$dt" $flags || { echo "FAIL make_model $name"; fails=$((fails + 1)); continue; }
+        compare "$name/$dt" "$dir"
+        case $name in
+            t2mlr-norop|t2mlr-rop|lrt-perblock) compare "$name/$dt --n-prompt 4" "$dir" --n-prompt 4 ;;
+        esac
+        rm -rf "$dir"
+    done
+done
+
+# Sharded (3 and 5 shards), F32 and BF16.
+for s in 3 5; do
+    dir=$tmp/sharded-$s
+    "$PY" "$ref/make_model.py" --out "$dir" --kind t2mlr --seed 41 --shards $s --dtype bf16 --untied
+    compare "t2mlr-sharded-$s/bf16" "$dir"
+    dir=$tmp/sharded-lrt-$s
+    "$PY" "$ref/make_model.py" --out "$dir" --kind lrt --seed 42 --shards $s --lrt-shared
+    compare "lrt-sharded-$s/f32" "$dir"
+done
+
+# T2MLR with gammas = 0 is the backbone, bit for bit.
+for dt in f32 bf16; do
+    "$PY" "$ref/make_model.py" --out "$tmp/zp-$dt" --kind plain --seed 51 --dtype $dt
+    "$PY" "$ref/make_model.py" --out "$tmp/zt-$dt" --kind t2mlr --seed 51 --dtype $dt --gammas zero
+    for np_ in "" 3; do
+        n=$((n + 1))
+        extra=(); [ -n "$np_" ] && extra=(--n-prompt "$np_")
+        "$latent" logits --model "$tmp/zp-$dt" --tokens "$tokens" "${extra[@]}" > "$tmp/zp.json" 2>&1
+        "$latent" logits --model "$tmp/zt-$dt" --tokens "$tokens" "${extra[@]}" > "$tmp/zt.json" 2>&1
+        if [ -s "$tmp/zp.json" ] && cmp -s "$tmp/zp.json" "$tmp/zt.json"; then
+            printf 'ok   %-34s identical text\n' "t2mlr-gammas0==plain/$dt${np_:+ n-prompt $np_}"
+        else
+            printf 'FAIL %-34s outputs differ\n' "t2mlr-gammas0==plain/$dt${np_:+ n-prompt $np_}"
+            head -c 300 "$tmp/zp.json"; echo; head -c 300 "$tmp/zt.json"; echo
+            fails=$((fails + 1))
+        fi
+    done
+done
+
+echo "$((n - fails)) of $n comparisons passed"
+[ "$fails" -eq 0 ]
