@@ -9,16 +9,22 @@
 #include "latent/model.h"
 
 static const char *help =
-    "usage: latent logits --model DIR --tokens ID,ID,... [--n-prompt K]\n"
+    "usage: latent logits --model DIR --tokens ID,ID,... [--n-prompt K] [--incremental]\n"
     "\n"
     "Runs the model over the tokens and prints {\"logits\": [[...], ...]}, one row\n"
     "of vocab_size floats per position. The first K tokens (all, by default) are a\n"
     "prompt and follow the model's control-flow rules (recur_on_prompt); the rest\n"
-    "are treated as generated tokens.\n";
+    "are treated as generated tokens. --incremental feeds one token per step\n"
+    "(decoding through the KV cache) instead of one prefill.\n";
 
 int cmd_logits(int argc, char **argv) {
     const char *dir = NULL, *tokens_arg = NULL, *n_prompt_arg = NULL;
+    int incremental = 0;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--incremental")) {
+            incremental = 1;
+            continue;
+        }
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
             return 0;
@@ -79,10 +85,16 @@ int cmd_logits(int argc, char **argv) {
          .logits = LATENT_LOGITS_ALL, .out = logits + (size_t)n_prompt * m.cfg.vocab},
     };
     for (int p = 0; p < 2; p++) {
-        if (parts[p].n_tokens == 0) continue;
-        if (latent_engine_step(eng, &parts[p], 1, &err) != 0) {
-            cli_fail("%s", err.msg);
-            goto done;
+        latent_batch_entry b = parts[p];
+        int step = incremental ? 1 : b.n_tokens;
+        for (int i = 0; i < parts[p].n_tokens; i += step) {
+            b.tokens = parts[p].tokens + i;
+            b.n_tokens = step;
+            b.out = parts[p].out + (size_t)i * m.cfg.vocab;
+            if (latent_engine_step(eng, &b, 1, &err) != 0) {
+                cli_fail("%s", err.msg);
+                goto done;
+            }
         }
     }
     fputs("{\"logits\": [", stdout);
