@@ -8,8 +8,9 @@ SANITIZER ?=
 
 # Debian packages the build needs; `make` installs missing ones when root.
 DEB_BUILD := libmicrohttpd-dev libjansson-dev libopenblas-dev libuv1-dev libcurl4-openssl-dev pkg-config
-# ...and the tests (numpy for the independent reference, node for real clients).
-DEB_TEST  := python3 python3-numpy curl nodejs npm
+# ...and the tests (numpy for the independent reference, node for real clients;
+# node and npm count as present whatever package brought them).
+DEB_TEST  := python3 python3-numpy curl
 
 ifeq ($(SANITIZER),)
 BUILD   := build
@@ -43,7 +44,7 @@ ENGINE_LIB := $(BUILD)/libengine.a
 DEPS_STAMP := build/.deps-$(shell echo $(DEB_BUILD) | md5sum | cut -c1-8)
 TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 
-.PHONY: all deps test-deps unit test test-unit test-integration test-sanitizers run clean bench
+.PHONY: all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench
 
 all: $(BUILD)/latent $(UNIT_BIN)
 
@@ -65,8 +66,12 @@ $(DEPS_STAMP):
 	@mkdir -p build && touch $@
 $(TEST_STAMP): | $(DEPS_STAMP)
 	$(call ensure_debs,$(DEB_TEST))
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	  $(MAKE) --no-print-directory DEB_BUILD="nodejs npm" deps-node; fi
 	@mkdir -p build && touch $@
 deps: $(DEPS_STAMP)
+deps-node:
+	$(call ensure_debs,$(DEB_BUILD))
 test-deps: $(TEST_STAMP)
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
