@@ -99,8 +99,8 @@ for dt in f32 bf16; do
         if [ -s "$tmp/zp.json" ] && cmp -s "$tmp/zp.json" "$tmp/zt.json"; then
             printf 'ok   %-34s identical text\n' "t2mlr-gammas0==plain/$dt${np_:+ n-prompt $np_}"
         else
-            printf 'FAIL %-34s outputs differ\n' "t2mlr-gammas0==plain/$dt${np_:+ n-prompt $np_}"
-            head -c 300 "$tmp/zp.json"; echo; head -c 300 "$tmp/zt.json"; echo
+            printf 'FAIL %-34s outputs differ as text: %s\n' "t2mlr-gammas0==plain/$dt${np_:+ n-prompt $np_}" \
+                "$("$PY" "$ref/compare_logits.py" "$tmp/zt.json" "$tmp/zp.json" 0 2>&1)"
             fails=$((fails + 1))
         fi
     done
