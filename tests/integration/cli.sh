@@ -111,19 +111,19 @@ greedy_check "$tmp/plain" hello 8
 greedy_check "$tmp/lrt" "Once upon a time" 10
 
 # --- seeded sampling is reproducible --------------------------------------------
-a=$("$latent" generate --model "$model" --prompt hello -n 16 --temperature 0.8 --seed 7 --ids 2>&1)
-b=$("$latent" generate --model "$model" --prompt hello -n 16 --temperature 0.8 --seed 7 --ids 2>&1)
-if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "same seed, same sample ($a)"; else fail "same seed gives different output" "$a" "$b"; fi
-a=$("$latent" generate --model "$model" --prompt hello -n 16 --temperature 0.8 --seed 7 2>&1)
-b=$("$latent" generate --model "$model" --prompt hello -n 16 --temperature 0.8 --seed 7 2>&1)
-if [ "$a" = "$b" ]; then ok "same seed, same text"; else fail "same seed gives different text" "$a" "$b"; fi
-s7=$("$latent" generate --model "$model" --prompt hello -n 16 --temperature 0.8 --seed 7 --ids 2>&1)
-differ=0
-for s in 1 2 3 4; do
-    c=$("$latent" generate --model "$model" --prompt hello -n 16 --temperature 0.8 --seed $s --ids 2>&1)
-    [ "$c" != "$s7" ] && differ=1
-done
-if [ $differ -eq 1 ]; then ok "other seeds give other samples"; else fail "seeds 1-4 all equal seed 7" "$s7"; fi
+# sample SEED [--ids]: the sampled output, or "ERROR: ..." when latent fails
+sample() {
+    local seed=$1; shift
+    "$latent" generate --model "$model" --prompt hello -n 16 --temperature 0.8 --seed "$seed" "$@" 2>"$tmp/serr" ||
+        echo "ERROR: exit $?: $(head -c 200 "$tmp/serr")"
+}
+a=$(sample 7 --ids); b=$(sample 7 --ids)
+if [[ "$a" == \[* ]] && [ "$a" = "$b" ]; then ok "same seed, same sampled ids ($a)"; else fail "same seed, same sampled ids" "$a" "$b"; fi
+a=$(sample 7); b=$(sample 7)
+if [[ "$a" != ERROR* ]] && [ "$a" = "$b" ]; then ok "same seed, same sampled text"; else fail "same seed, same sampled text" "$a" "$b"; fi
+s7=$(sample 7 --ids); differ=0
+for s in 1 2 3 4; do [ "$(sample $s --ids)" != "$s7" ] && differ=1; done
+if [[ "$s7" != ERROR* ]] && [ $differ -eq 1 ]; then ok "other seeds give other samples"; else fail "seeds 1-4 all equal seed 7" "$s7"; fi
 
 # --- tokenize == reference BPE (ASCII) ----------------------------------------------
 for text in "hello" "The quick brown fox jumps over the lazy dog." "  two  spaces and
