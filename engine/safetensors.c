@@ -225,6 +225,7 @@ int st_file_open(st_file *f, const char *path, latent_err *err) {
     }
     f->map = map;
     f->map_len = size;
+    madvise(map, size, MADV_WILLNEED); /* readers stream through it once; advice only */
 
     const unsigned char *p = map;
     uint64_t hlen = 0;

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define W_ALIGN_FLOATS 16 /* 64 bytes */
 
@@ -117,6 +119,14 @@ int latent_weights_alloc(latent_weights *w, const latent_config *cfg, latent_err
         latent_weights_free(w);
         return latent_err_set(err, "weights: cannot allocate %.1f MiB for the weights",
                               (double)bytes / (1 << 20));
+    }
+    /* Big slabs: ask for transparent huge pages before the first touch, which
+     * cuts page faults 512-fold (loading 135M params is fault-bound otherwise). */
+    long page = sysconf(_SC_PAGESIZE);
+    if (page > 0 && bytes >= ((size_t)4 << 20)) {
+        uintptr_t lo = ((uintptr_t)w->slab + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+        uintptr_t hi = ((uintptr_t)w->slab + bytes) & ~((uintptr_t)page - 1);
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* advice only */
     }
     memset(w->slab, 0, bytes);
     w->slab_floats = b.off;
