@@ -5,6 +5,7 @@
 #include "latent/config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -402,6 +403,15 @@ int latent_config_save(const latent_config *cfg, const char *path, latent_err *e
         remove(tmp);
         goto done;
     }
+    /* and the directory entry, so the rename survives a crash (best effort) */
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    free(dir);
     rc = 0;
 done:
     free(tmp);
