@@ -1,9 +1,11 @@
 /* Token sampler: see include/latent/sampler.h for the pipeline and semantics.
  *
- * Cost per call is O(n_history + vocab) plus O(k) for top-k selection
- * (quickselect, no full sort) and O(m + P log m) for top-p, where m is the
- * candidate count and P the size of the nucleus (a binary heap popped until
- * the nucleus is complete, so the vocabulary is never fully sorted). */
+ * Cost per call is O(n_history + vocab) passes plus: top-k by one scan with a
+ * k-heap (small k, O(vocab + k log k log(vocab/k)) expected) or quickselect
+ * (large k); top-p by a bucket histogram that cuts the candidates to the
+ * buckets holding the nucleus, then a heap popped until the nucleus is
+ * complete. The vocabulary is never fully sorted. One expf per candidate;
+ * at T = 1 without top-k the log-softmax reuses the sampling weights. */
 #include "latent/sampler.h"
 
 #include <float.h>
@@ -103,15 +105,40 @@ static void select_top_k(int32_t *ix, int n, int k, const float *key) {
     }
 }
 
-/* Max-heap on ix[0..n) under ranks_before: the root is the best candidate. */
-static void heap_sift_down(int32_t *ix, int i, int n, const float *key) {
+/* Binary heap on ix[0..n): the root is the best candidate (worst = 0) or the
+ * worst (worst = 1) under ranks_before; ids are distinct, so "after" is
+ * ranks_before with the arguments swapped. */
+static int heap_above(const float *key, int32_t a, int32_t b, int worst) {
+    return worst ? ranks_before(key, b, a) : ranks_before(key, a, b);
+}
+
+static void heap_sift_down(int32_t *ix, int i, int n, const float *key, int worst) {
     for (;;) {
         int c = 2 * i + 1;
         if (c >= n) return;
-        if (c + 1 < n && ranks_before(key, ix[c + 1], ix[c])) c++;
-        if (!ranks_before(key, ix[c], ix[i])) return;
+        if (c + 1 < n && heap_above(key, ix[c + 1], ix[c], worst)) c++;
+        if (!heap_above(key, ix[c], ix[i], worst)) return;
         swap_ids(ix, i, c);
         i = c;
+    }
+}
+
+static void heap_build(int32_t *ix, int n, const float *key, int worst) {
+    for (int i = n / 2 - 1; i >= 0; i--) heap_sift_down(ix, i, n, key, worst);
+}
+
+/* Small k: one scan keeping the k best in ix[0..k) as a heap whose root is
+ * the worst of them, so most tokens cost one float compare. Ids arrive in
+ * ascending order, so a tie with the root never displaces it (lower id wins). */
+static void heap_top_k(int32_t *ix, int vocab, int k, const float *key) {
+    for (int i = 0; i < k; i++) ix[i] = i;
+    heap_build(ix, k, key, 1);
+    float floor_l = key[ix[0]];
+    for (int i = k; i < vocab; i++) {
+        if (!(key[i] > floor_l)) continue;
+        ix[0] = i;
+        heap_sift_down(ix, 0, k, key, 1);
+        floor_l = key[ix[0]];
     }
 }
 
@@ -164,19 +191,52 @@ static int top_n_ids(const float *logits, int vocab, int n, int32_t *ids) {
     return cnt;
 }
 
+/* Top-p pre-filter: buckets of x = (l - max) / T, half a nat wide, down to
+ * x = -16 (the last bucket takes the rest). The buckets are ordered like the
+ * ranking, so the nucleus lies in the first buckets whose mass reaches
+ * target; keeps those in ix[0..return) and drops the rest. */
+#define TOP_P_BUCKETS 32
+static int top_p_bucket(float l, float max, float inv_t) {
+    float v = -(l - max) * inv_t * 2.0f;  /* >= 0, or NaN for -inf * 0 */
+    return v < TOP_P_BUCKETS - 1 ? (int)v : TOP_P_BUCKETS - 1;
+}
+
+static int top_p_prefilter(int32_t *ix, int m, const float *logits, const float *w, float max,
+                           float inv_t, double target) {
+    double bm[TOP_P_BUCKETS] = {0};
+    for (int i = 0; i < m; i++) bm[top_p_bucket(logits[ix[i]], max, inv_t)] += w[ix[i]];
+    double cum = 0;
+    int last = 0;
+    while (last < TOP_P_BUCKETS - 1 && (cum += bm[last]) < target) last++;
+    if (last == TOP_P_BUCKETS - 1) return m;
+    int j = 0;
+    for (int i = 0; i < m; i++)
+        if (top_p_bucket(logits[ix[i]], max, inv_t) <= last) swap_ids(ix, i, j++);
+    return j;
+}
+
 /* Temperature, top-k, top-p, min-p and one inverse-CDF draw. w: vocab floats,
- * ix: vocab ints (scratch). best is the argmax of logits. */
+ * ix: vocab ints (scratch). best is the argmax of logits. When the weights of
+ * the whole vocabulary at T = 1 were summed, *sum_all gets the sum (the
+ * log-softmax needs the same one), else -1. */
 static int32_t sample_filtered(const latent_sampler_params *p, latent_rng *rng,
                                const float *logits, int vocab, float max, int32_t best,
-                               float *w, int32_t *ix) {
+                               float *w, int32_t *ix, double *sum_all) {
     float inv_t = 1.0f / p->temperature;
 
-    /* top-k: quickselect the k best ids into ix[0..k) */
+    /* top-k: the k best ids into ix[0..k); a bounded heap for small k,
+     * quickselect for large k */
     int n = vocab;
-    for (int i = 0; i < vocab; i++) ix[i] = i;
     if (p->top_k > 0 && p->top_k < vocab) {
-        select_top_k(ix, vocab, p->top_k, logits);
         n = p->top_k;
+        if ((int64_t)n * 16 <= vocab) {
+            heap_top_k(ix, vocab, n, logits);
+        } else {
+            for (int i = 0; i < vocab; i++) ix[i] = i;
+            select_top_k(ix, vocab, n, logits);
+        }
+    } else {
+        for (int i = 0; i < vocab; i++) ix[i] = i;
     }
 
     /* unnormalised probabilities of the top-k set and their sum */
@@ -186,6 +246,7 @@ static int32_t sample_filtered(const latent_sampler_params *p, latent_rng *rng,
         w[ix[i]] = wi;
         z += wi;
     }
+    *sum_all = n == vocab && inv_t == 1.0f ? z : -1;
 
     /* min-p: keep w >= min_p * w_max, w_max = 1. It commutes with top-p
      * (both keep a prefix of the ranking, and the ratio to the max does not
@@ -207,18 +268,20 @@ static int32_t sample_filtered(const latent_sampler_params *p, latent_rng *rng,
     }
 
     /* top-p over the top-k distribution (target relative to z, not mass):
-     * pop the best from a heap until the nucleus holds top_p of it. */
+     * bucket pre-filter, then pop the best from a heap until the nucleus
+     * holds top_p of it. */
     int s = 0;
     if (p->top_p < 1) {
         double target = (double)p->top_p * z;
         if (mass >= target) {  /* else the nucleus is wider than the min-p set */
-            for (int i = m / 2 - 1; i >= 0; i--) heap_sift_down(ix, i, m, logits);
+            m = top_p_prefilter(ix, m, logits, w, max, inv_t, target);
+            heap_build(ix, m, logits, 0);
             int end = m;
             double cum = 0;
             do {
                 swap_ids(ix, 0, end - 1);   /* best goes to the popped tail */
                 end--;
-                heap_sift_down(ix, 0, end, logits);
+                heap_sift_down(ix, 0, end, logits, 0);
                 cum += w[ix[end]];
             } while (cum < target && end > 0);
             s = end;  /* nucleus: ix[end..m) */
@@ -288,12 +351,15 @@ int32_t latent_sampler_sample_scratch(const latent_sampler_params *p, latent_rng
         max = 0;
     }
 
-    int32_t tok = greedy ? best : sample_filtered(p, rng, logits, vocab, max, best, w, ix);
+    double sum = -1;
+    int32_t tok = greedy ? best : sample_filtered(p, rng, logits, vocab, max, best, w, ix, &sum);
 
     if (out) {
         /* log-softmax of the processed logits (before temperature) */
-        double sum = 0;
-        for (int i = 0; i < vocab; i++) sum += expf(logits[i] - max);  /* max term is 1, sum >= 1 */
+        if (sum < 0) {
+            sum = 0;
+            for (int i = 0; i < vocab; i++) sum += expf(logits[i] - max);  /* max term is 1, sum >= 1 */
+        }
         double log_z = (double)max + log(sum);
         out->token = tok;
         out->logprob = (float)((double)logits[tok] - log_z);
