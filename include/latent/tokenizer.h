@@ -22,12 +22,16 @@ int latent_tokenizer_vocab_size(const latent_tokenizer *t);
 int latent_tokenizer_encode(const latent_tokenizer *t, const char *text, size_t len,
                             int32_t *out, int cap);
 
-/* Appends the bytes of token `id` to buf; returns the number of bytes, or -1
- * for an id out of range. Special tokens decode to their content. */
+/* Writes the bytes of token `id` to buf (at most cap of them); returns the
+ * token's byte length (more than cap: the copy was cut), or -1 for an id out
+ * of range. Special tokens decode to their content; an id in range that names
+ * no token has 0 bytes. */
 int latent_tokenizer_token_bytes(const latent_tokenizer *t, int32_t id, char *buf, size_t cap);
 
 /* Decodes ids to a malloc'd NUL-terminated string (caller frees); *len_out
- * gets the byte length (the text may contain NUL bytes). */
+ * gets the byte length (the text may contain NUL bytes, and is the raw bytes:
+ * invalid UTF-8 is kept). Ids out of range decode to nothing. NULL if out of
+ * memory. */
 char *latent_tokenizer_decode(const latent_tokenizer *t, const int32_t *ids, int n, size_t *len_out);
 
 /* Id of an added/special token by its content, or -1. */
@@ -42,9 +46,12 @@ typedef struct latent_utf8_stream {
 } latent_utf8_stream;
 
 /* Appends the complete UTF-8 of `bytes` (after what was pending) to out;
- * returns bytes written. out needs len + 8 bytes of room. */
+ * returns bytes written. out needs LATENT_UTF8_STREAM_ROOM(len) bytes of
+ * room: each invalid byte can become a 3-byte U+FFFD. */
+#define LATENT_UTF8_STREAM_ROOM(len) (3 * (size_t)(len) + 8)
 size_t latent_utf8_stream_feed(latent_utf8_stream *s, const char *bytes, size_t len, char *out);
-/* Flushes whatever is pending at end of stream (as U+FFFD if incomplete). */
+/* Flushes whatever is pending at end of stream (as U+FFFD if incomplete);
+ * out needs 8 bytes of room. */
 size_t latent_utf8_stream_flush(latent_utf8_stream *s, char *out);
 
 #endif
