@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,13 +59,12 @@ struct latent_tokenizer {
 /* ---- GPT-2 byte <-> unicode ------------------------------------------------ */
 
 /* Bytes that are printable stay themselves; the other 68 go to U+0100.. in
- * byte order. Filled once; racing first calls store identical values. */
+ * byte order. Filled once, by the first load. */
 static uint32_t b2u_table[256];
 static int16_t u2b_table[256 + 68];
-static volatile int byte_tables_ready;
+static pthread_once_t byte_tables_once = PTHREAD_ONCE_INIT;
 
-static void byte_tables_init(void) {
-    if (byte_tables_ready) return;
+static void byte_tables_fill(void) {
     int n = 0;
     for (int i = 0; i < 256 + 68; i++) u2b_table[i] = -1;
     for (int i = 0; i < 256; i++) {
@@ -72,7 +72,6 @@ static void byte_tables_init(void) {
         b2u_table[i] = keep ? (uint32_t)i : (uint32_t)(256 + n++);
         u2b_table[b2u_table[i]] = (int16_t)i;
     }
-    byte_tables_ready = 1;
 }
 
 static uint32_t byte_to_cp(int b) { return b2u_table[b]; }
@@ -519,7 +518,7 @@ static int load_merges(latent_tokenizer *t, json_t *merges, const char *path, la
 
 latent_tokenizer *latent_tokenizer_load(const char *path, latent_err *err) {
     json_error_t jerr;
-    byte_tables_init();
+    pthread_once(&byte_tables_once, byte_tables_fill);
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) {
         if (jerr.line < 0) /* could not open: jansson puts the reason in text */
@@ -801,6 +800,7 @@ static int word_char(uint32_t cp) { /* \w, approximated by L, N and '_' */
 
 int latent_tokenizer_encode(const latent_tokenizer *t, const char *text, size_t len, int32_t *out, int cap) {
     if (!t || (!text && len) || cap < 0 || (cap > 0 && !out)) return -1;
+    if (len == 0) return 0;
     enc_ctx c = {.t = t, .out = out, .cap = cap};
     const unsigned char *s = (const unsigned char *)text;
     size_t seg = 0; /* start of the text not yet consumed */
