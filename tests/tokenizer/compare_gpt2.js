@@ -2,7 +2,10 @@
 // Compares our tokenizer with gpt-3-encoder (an independent JS port of
 // OpenAI's GPT-2 encoder) on real English from the Brown corpus and on edge
 // cases; run by tests/integration/tokenizer_gpt2.sh, which passes:
-//   node compare_gpt2.js NODE_MODULES DRIVER MODEL_DIR MODEL_DIR_PAIRS LATENT_CLI WORK_DIR
+//   node compare_gpt2.js NODE_MODULES DRIVER MODEL_DIR MODEL_DIR_PAIRS MODEL_DIR_DIGITS LATENT_CLI WORK_DIR
+// MODEL_DIR_DIGITS has SmolLM2's pre-tokenizer (Digits then ByteLevel); its
+// reference is gpt-3-encoder run on the text cut around every \p{N} character,
+// which is what Digits(individual_digits) does before ByteLevel.
 // DRIVER is tests/tokenizer/tok_driver.c built against the engine; LATENT_CLI
 // is `latent` (used for the whole-chunk checks when it has `tokenize`, else
 // the driver does them). Exits 1 on any mismatch, printing the first few.
@@ -11,7 +14,7 @@ const fs = require('fs');
 const path = require('path');
 const { execFileSync } = require('child_process');
 
-const [modules, driver, modelDir, modelDirPairs, cli, work] = process.argv.slice(2);
+const [modules, driver, modelDir, modelDirPairs, modelDirDigits, cli, work] = process.argv.slice(2);
 const enc = require(path.resolve(modules, 'gpt-3-encoder'));
 let failures = 0;
 
@@ -113,12 +116,17 @@ function same(a, b) {
   return true;
 }
 
-function compareSet(name, texts) {
-  const ours = driverLines(texts, path.join(modelDir, 'tokenizer.json'));
+// Digits(individual_digits): every numeric character is a piece of its own.
+function encodeDigitsFirst(text) {
+  return text.split(/(\p{N})/u).filter((p) => p.length).flatMap((p) => enc.encode(p));
+}
+
+function compareSet(name, texts, dir = modelDir, reference = enc.encode) {
+  const ours = driverLines(texts, path.join(dir, 'tokenizer.json'));
   let bad = 0;
   let tokens = 0;
   texts.forEach((t, i) => {
-    const ref = enc.encode(t);
+    const ref = reference(t);
     tokens += ref.length;
     if (!same(ours[i], ref)) {
       if (bad < 5) {
@@ -136,6 +144,8 @@ function compareSet(name, texts) {
 compareSet('brown-plain', plain);
 compareSet('brown-raw', raw);
 compareSet('edge', edge);
+compareSet('digits-brown-plain', plain, modelDirDigits, encodeDigitsFirst);
+compareSet('digits-edge', edge, modelDirDigits, encodeDigitsFirst);
 
 // Whole chunks: every text joined by newlines, encoded in one call; with the
 // "a b" merges and with the ["a", "b"] merges (the two tokenizer.json forms).
