@@ -281,7 +281,9 @@ static int parse_pretok(latent_tokenizer *t, json_t *node, const char *path, int
             return latent_err_set(err, "%s: pre_tokenizer Sequence has no \"pretokenizers\" array", path);
         size_t i;
         json_t *v;
-        json_array_foreach(list, i, v) if (parse_pretok(t, v, path, byte_level, err)) return -1;
+        json_array_foreach(list, i, v) {
+            if (parse_pretok(t, v, path, byte_level, err)) return -1;
+        }
         return 0;
     }
     if (!strcmp(type, "ByteLevel")) {
