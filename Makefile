@@ -29,7 +29,7 @@ PKGS_ENGINE := jansson openblas
 PKGS_SERVER := jansson openblas libmicrohttpd libuv
 # Recursive (=) so pkg-config runs after the deps step has installed things.
 OPT      ?= -O2 -march=native
-CFLAGS_ALL = -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Iinclude -MMD -MP \
+CFLAGS_ALL = -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Iinclude -MMD -MP -fopenmp-simd \
              $(SANFLAGS) $(shell pkg-config --cflags $(PKGS_ENGINE) 2>/dev/null) $(CFLAGS)
 LIBS_ENGINE = $(shell pkg-config --libs $(PKGS_ENGINE) 2>/dev/null) -lm -lpthread
 LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)

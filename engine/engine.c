@@ -13,16 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "attention.h"
 #include "latent/ops.h"
-
-/* One token row of the step: where its k, v go and what it attends to. */
-typedef struct row_meta {
-    latent_seq *seq;
-    int pos;          /* 0-based position in its sequence */
-    int entry;        /* index of its batch entry */
-    int row;          /* index in the step's row layout (its RoPE tables) */
-    uint8_t flow;     /* 2 recurrent, 1 not */
-} row_meta;
 
 struct latent_engine {
     const latent_model *m;
@@ -47,7 +39,7 @@ struct latent_engine {
     float *gate;                  /* (N, 2*n_kv) LRT gates */
     float *mk, *mv;               /* (N, kv_dim) LRT memory k, v */
     float *rope_cos, *rope_sin;   /* (N, head_dim/2) */
-    float *scores;                /* (cap_ctx) attention scores of one head */
+    attn_scratch attn;            /* per-thread attention buffers for contexts up to cap_ctx */
     row_meta *rows, *wrows;       /* (N) */
     float *entry_state;           /* (n_entries, d) running state per entry */
 };
@@ -78,7 +70,7 @@ latent_engine *latent_engine_new(const latent_model *m, latent_err *err) {
 void latent_engine_free(latent_engine *e) {
     if (!e) return;
     free(e->slab);
-    free(e->scores);
+    attn_scratch_free(&e->attn);
     free(e->rows);
     free(e->wrows);
     free(e->entry_state);
@@ -123,44 +115,13 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, laten
         e->cap_entries = n_entries;
     }
     if (ctx > e->cap_ctx) {
-        float *s = realloc(e->scores, (size_t)ctx * sizeof(float));
-        if (!s) return latent_err_set(err, "engine: out of memory");
-        e->scores = s;
-        e->cap_ctx = ctx;
+        int cap = e->cap_ctx ? e->cap_ctx : 256;
+        while (cap < ctx) cap *= 2;
+        if (cap > c->max_pos) cap = c->max_pos;
+        if (attn_scratch_reserve(&e->attn, c, cap) != 0) return latent_err_set(err, "engine: out of memory for attention");
+        e->cap_ctx = cap;
     }
     return 0;
-}
-
-/* Causal attention of n rows over their sequences' cached k, v (the rows'
- * own k, v are already written), GQA with n_heads / n_kv_heads q heads per kv head. */
-static void attention_forward(latent_engine *e, int layer, const row_meta *rows, int n) {
-    const latent_config *c = e->cfg;
-    int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int r = 0; r < n; r++) {
-        latent_seq *s = rows[r].seq;
-        latent_kv_pool *pool = s->pool;
-        int P = pool->page_tokens, len = rows[r].pos + 1;
-        for (int h = 0; h < c->n_heads; h++) {
-            const float *qh = e->q + (size_t)r * qd + (size_t)h * hd;
-            int kvh = h / group;
-            float *sc = e->scores;
-            for (int t = 0; t < len; t++) {
-                const float *kt = latent_kv_row(pool, pool->k, s->pages[t / P], layer, t % P) + kvh * hd;
-                float dot = 0;
-                for (int i = 0; i < hd; i++) dot += qh[i] * kt[i];
-                sc[t] = dot * scale;
-            }
-            softmax_forward(sc, len);
-            float *out = e->att + (size_t)r * qd + (size_t)h * hd;
-            memset(out, 0, hd * sizeof(float));
-            for (int t = 0; t < len; t++) {
-                const float *vt = latent_kv_row(pool, pool->v, s->pages[t / P], layer, t % P) + kvh * hd;
-                float p = sc[t];
-                for (int i = 0; i < hd; i++) out[i] += p * vt[i];
-            }
-        }
-    }
 }
 
 /* LRT KV injection (models.md §3) on n rows: k, v of each kv head j become
@@ -219,7 +180,7 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
         memcpy(latent_kv_row(pool, pool->k, page, layer, pos % P), e->k + (size_t)r * kvd, kvd * sizeof(float));
         memcpy(latent_kv_row(pool, pool->v, page, layer, pos % P), e->v + (size_t)r * kvd, kvd * sizeof(float));
     }
-    attention_forward(e, layer, rows, n);
+    attention_forward(e->att, e->q, rows, n, layer, c, &e->attn);
     matmul_forward(e->tmp, e->att, L->wo, n, qd, d);
     for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
 

@@ -1,19 +1,42 @@
 /* Forward ops over row-major activations, each with a naive reference. */
 #include "latent/ops.h"
+#include "latent/threads.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
-void matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim) {
-    if (n == 1) {
+typedef struct {
+    float *out;
+    const float *x, *w;
+    int n, in_dim, out_dim, chunk;
+} matmul_job;
+
+/* One slice of output features: out[:, c0:c1] = x W[c0:c1]^T. */
+static void matmul_slice(void *ctx, int task) {
+    const matmul_job *j = ctx;
+    int c0 = task * j->chunk, c1 = c0 + j->chunk > j->out_dim ? j->out_dim : c0 + j->chunk;
+    if (c0 >= c1) return;
+    const float *w = j->w + (size_t)c0 * j->in_dim;
+    if (j->n == 1) {
         /* One row: sgemv reads W once at full bandwidth; OpenBLAS' sgemm with
          * M=1 is several times slower on this machine. */
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, out_dim, in_dim, 1.0f, w, in_dim, x, 1, 0.0f, out, 1);
-        return;
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, c1 - c0, j->in_dim, 1.0f, w, j->in_dim, j->x, 1, 0.0f,
+                    j->out + c0, 1);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, c1 - c0, j->in_dim, 1.0f, j->x, j->in_dim, w,
+                    j->in_dim, 0.0f, j->out + c0, j->out_dim);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_dim, in_dim, 1.0f, x, in_dim, w,
-                in_dim, 0.0f, out, out_dim);
+}
+
+void matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim) {
+    /* Split the output features over the threads, in slices of whole cache
+     * lines; each slice is an independent single-threaded BLAS call. */
+    int threads = latent_get_threads();
+    int tasks = out_dim >= 64 * threads ? threads : 1;
+    int chunk = ((out_dim + tasks - 1) / tasks + 15) / 16 * 16;
+    matmul_job j = {out, x, w, n, in_dim, out_dim, chunk};
+    latent_parallel_for(matmul_slice, &j, tasks);
 }
 
 void matmul_forward_ref(float *out, const float *x, const float *w, int n, int in_dim, int out_dim) {

@@ -15,6 +15,7 @@ static const struct {
     {"logits", cmd_logits, "print the logits of every position of a token sequence as JSON"},
     {"generate", cmd_generate, "stream a completion of a prompt to stdout"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin as a JSON array"},
+    {"bench", cmd_bench, "measure prefill and decode speed and the recurrence's overhead"},
 };
 
 static void usage(FILE *f) {

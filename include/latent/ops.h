@@ -6,7 +6,8 @@
 
 #include <stddef.h>
 
-/* out (n, out_dim) = x (n, in_dim) W^T, W (out_dim, in_dim). sgemv when n == 1. */
+/* out (n, out_dim) = x (n, in_dim) W^T, W (out_dim, in_dim). sgemv when n == 1;
+ * output features split over the engine threads (threads.h). */
 void matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim);
 void matmul_forward_ref(float *out, const float *x, const float *w, int n, int in_dim, int out_dim);
 

@@ -1,0 +1,259 @@
+/* latent bench: the engine's own speed, with the recurrence's overhead
+ * measured against the same backbone (same weights, path switched off) in
+ * the same run, interleaved so machine noise hits both alike. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "latent/engine.h"
+#include "latent/kv.h"
+#include "latent/model.h"
+#include "latent/threads.h"
+
+static const char *help =
+    "usage: latent bench [--model DIR] [--kinds plain,t2mlr,lrt] [--threads N]\n"
+    "                    [--prefill N] [--decode N] [--batches 1,8,32,64] [--rounds R]\n"
+    "\n"
+    "Measures prefill tokens/s (one sequence of --prefill tokens, default 512),\n"
+    "decode tokens/s at each batch size (--decode steps, default 64, after a\n"
+    "32-token prompt per sequence), inter-token latency (median and p99 step\n"
+    "time) and, for recurrent models, the same figures for the backbone with the\n"
+    "recurrence switched off, printed as ratios. Without --model it builds the\n"
+    "standard benchmark model in memory: random weights shaped like SmolLM2-135M\n"
+    "(d 576, 30 blocks, 9 heads, 3 KV heads, FFN 1536, vocab 49152), as T2MLR\n"
+    "(window 12..17) and LRT (source 18, injected 0..19, shared projection).\n"
+    "Each figure is the best of --rounds (default 3) alternating runs.\n";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+static float rand_uniform_pm1(void) {
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / (1 << 24)) * 2.0 - 1.0);
+}
+
+/* The standard benchmark model in memory: backbone weights from one seed, so
+ * every kind shares them; recurrent tensors small but non-zero. */
+static int make_standard(latent_model *m, latent_rec_type rec, latent_err *err) {
+    memset(m, 0, sizeof *m);
+    latent_config *c = &m->cfg;
+    c->d = 576, c->ffn = 1536, c->n_layers = 30, c->n_heads = 9, c->n_kv_heads = 3, c->head_dim = 64;
+    c->vocab = 49152, c->max_pos = 8192, c->rms_eps = 1e-5f, c->rope_theta = 100000.0f;
+    c->tie_embeddings = true, c->bos_id = 1, c->eos_id = 2, c->n_eos = 1, c->eos_ids[0] = 2;
+    c->rec = rec;
+    c->t2mlr = (latent_t2mlr_config){12, 17, true, 5.0f, 1e-6f, true};
+    c->lrt = (latent_lrt_config){18, 0, 19, true, true, true};
+    if (latent_weights_alloc(&m->w, c, err) != 0) return -1;
+    rng_state = 0x9E3779B97F4A7C15ULL;
+    for (int i = 0; i < m->w.n_params; i++) {
+        latent_param *p = &m->w.params[i];
+        float scale = p->ndim == 2 ? 1.7f / sqrtf((float)p->shape[1]) : 0.05f;
+        int norm = strstr(p->name, "norm") != NULL;
+        for (int64_t j = 0; j < p->numel; j++) (*p->slot)[j] = (norm ? 1.0f : 0.0f) + scale * rand_uniform_pm1();
+        if (strstr(p->name, "gamma") || strstr(p->name, "alpha")) (*p->slot)[0] = strstr(p->name, "alpha") ? 1.0f : 0.2f;
+    }
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct { double tok_s, p50_ms, p99_ms; } figure;
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Prefill of one n-token prompt; tokens/s. */
+static int bench_prefill(latent_engine *eng, const latent_model *m, int n, figure *out, latent_err *err) {
+    latent_kv_pool pool;
+    latent_seq s;
+    if (latent_kv_pool_init(&pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16) * (n / 16 + 2), err) != 0) return -1;
+    latent_seq_init(&s, &pool, &m->cfg, err);
+    int32_t *tok = malloc(n * sizeof *tok);
+    float *logits = malloc(m->cfg.vocab * sizeof(float));
+    for (int i = 0; i < n; i++) tok[i] = (i * 7919 + 11) % m->cfg.vocab;
+    latent_batch_entry b = {.seq = &s, .tokens = tok, .n_tokens = n, .prompt = 1, .logits = LATENT_LOGITS_LAST, .out = logits};
+    double t0 = now_s();
+    int rc = latent_engine_step(eng, &b, 1, err);
+    double t = now_s() - t0;
+    out->tok_s = n / t, out->p50_ms = out->p99_ms = t * 1e3;
+    free(tok), free(logits);
+    latent_seq_free(&s);
+    latent_kv_pool_free(&pool);
+    return rc;
+}
+
+/* B sequences, a 32-token prompt each (prefilled together), then `steps`
+ * greedy decode steps of all B at once: aggregate tokens/s and step times. */
+static int bench_decode(latent_engine *eng, const latent_model *m, int B, int steps, figure *out, latent_err *err) {
+    const int prompt = 32, V = m->cfg.vocab;
+    int per_seq = (prompt + steps) / 16 + 2;
+    latent_kv_pool pool;
+    if (latent_kv_pool_init(&pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16) * per_seq * B, err) != 0) return -1;
+    latent_seq *seqs = calloc(B, sizeof *seqs);
+    int32_t *tok = malloc((size_t)B * prompt * sizeof *tok), *next = malloc(B * sizeof *next);
+    float *logits = malloc((size_t)B * V * sizeof(float));
+    latent_batch_entry *es = calloc(B, sizeof *es);
+    double *times = malloc(steps * sizeof *times);
+    int rc = 0;
+    for (int b = 0; b < B; b++) {
+        latent_seq_init(&seqs[b], &pool, &m->cfg, err);
+        for (int i = 0; i < prompt; i++) tok[b * prompt + i] = (b * 131 + i * 17 + 3) % V;
+        es[b] = (latent_batch_entry){.seq = &seqs[b], .tokens = tok + b * prompt, .n_tokens = prompt, .prompt = 1,
+                                     .logits = LATENT_LOGITS_LAST, .out = logits + (size_t)b * V};
+    }
+    rc = latent_engine_step(eng, es, B, err);
+    double total = 0;
+    for (int s = 0; s < steps && rc == 0; s++) {
+        for (int b = 0; b < B; b++) {
+            next[b] = argmax(logits + (size_t)b * V, V);
+            es[b] = (latent_batch_entry){.seq = &seqs[b], .tokens = &next[b], .n_tokens = 1, .prompt = 0,
+                                         .logits = LATENT_LOGITS_LAST, .out = logits + (size_t)b * V};
+        }
+        double t0 = now_s();
+        rc = latent_engine_step(eng, es, B, err);
+        times[s] = now_s() - t0;
+        total += times[s];
+    }
+    if (rc == 0) {
+        qsort(times, steps, sizeof *times, cmp_double);
+        out->tok_s = (double)B * steps / total;
+        out->p50_ms = times[steps / 2] * 1e3;
+        out->p99_ms = times[(int)(steps * 0.99)] * 1e3;
+    }
+    for (int b = 0; b < B; b++) latent_seq_free(&seqs[b]);
+    free(seqs), free(tok), free(next), free(logits), free(es), free(times);
+    latent_kv_pool_free(&pool);
+    return rc;
+}
+
+static void keep_best(figure *best, const figure *f) {
+    if (f->tok_s > best->tok_s) *best = *f;
+}
+
+/* One model: each measurement alternates recurrence on/off `rounds` times. */
+static int bench_model(const char *name, const latent_model *m, int prefill, int decode, const int *batches,
+                       int n_batches, int rounds) {
+    latent_err err;
+    latent_engine *eng = latent_engine_new(m, &err);
+    if (!eng) return cli_fail("%s", err.msg);
+    int recurrent = m->cfg.rec != LATENT_REC_NONE;
+    printf("\n== %s ==\n", name);
+    printf("%-22s %12s %10s %10s", "measure", "tokens/s", "p50 ms", "p99 ms");
+    if (recurrent) printf(" %12s %10s %8s", "backbone t/s", "bb p50 ms", "ratio");
+    printf("\n");
+    for (int k = -1; k < n_batches; k++) {
+        figure best[2] = {{0}, {0}};
+        for (int r = 0; r < rounds; r++)
+            for (int on = 1; on >= (recurrent ? 0 : 1); on--) {
+                latent_engine_set_recurrence(eng, on);
+                figure f = {0};
+                int rc = k < 0 ? bench_prefill(eng, m, prefill, &f, &err) : bench_decode(eng, m, batches[k], decode, &f, &err);
+                if (rc != 0) {
+                    latent_engine_free(eng);
+                    return cli_fail("bench: %s", err.msg);
+                }
+                keep_best(&best[on], &f);
+            }
+        char label[64];
+        if (k < 0) snprintf(label, sizeof label, "prefill %d", prefill);
+        else snprintf(label, sizeof label, "decode batch %d", batches[k]);
+        printf("%-22s %12.1f %10.2f %10.2f", label, best[1].tok_s, best[1].p50_ms, best[1].p99_ms);
+        if (recurrent)
+            printf(" %12.1f %10.2f %8.3f", best[0].tok_s, best[0].p50_ms, best[1].tok_s / best[0].tok_s);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (recurrent) {
+        const latent_engine_stats *st = latent_engine_get_stats(eng);
+        printf("recurrence's own share of step time (all runs): %.2f%%\n", 100.0 * st->recur_seconds / st->step_seconds);
+    }
+    latent_engine_free(eng);
+    return 0;
+}
+
+static int parse_batches(const char *s, int *out, int cap) {
+    int32_t *ids;
+    int n = cli_parse_ids(s, &ids);
+    if (n < 1 || n > cap) return -1;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 1 || ids[i] > 4096) { free(ids); return -1; }
+        out[i] = ids[i];
+    }
+    free(ids);
+    return n;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *dir = NULL, *kinds = "plain,t2mlr,lrt", *v;
+    long threads = 0, prefill = 512, decode = 64, rounds = 3;
+    int batches[16] = {1, 8, 32, 64}, n_batches = 4;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(help, stdout);
+            return 0;
+        }
+        if (cli_opt(argc, argv, &i, "--model", &dir) || cli_opt(argc, argv, &i, "--kinds", &kinds)) continue;
+        if (cli_opt(argc, argv, &i, "--threads", &v)) {
+            if (cli_parse_long(v, 1, 256, &threads) != 0) return cli_fail("bench: --threads must be 1..256");
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--prefill", &v)) {
+            if (cli_parse_long(v, 1, 65536, &prefill) != 0) return cli_fail("bench: --prefill must be 1..65536");
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--decode", &v)) {
+            if (cli_parse_long(v, 1, 65536, &decode) != 0) return cli_fail("bench: --decode must be 1..65536");
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--rounds", &v)) {
+            if (cli_parse_long(v, 1, 100, &rounds) != 0) return cli_fail("bench: --rounds must be 1..100");
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--batches", &v)) {
+            if ((n_batches = parse_batches(v, batches, 16)) < 0) return cli_fail("bench: --batches must be a list of 1..4096");
+            continue;
+        }
+        fputs(help, stderr);
+        return cli_fail("bench: unknown option '%s'", argv[i]);
+    }
+    if (threads) latent_set_threads((int)threads);
+    printf("latent bench: %d threads, OPENBLAS_CORETYPE=%s\n", latent_get_threads(),
+           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
+    latent_err err;
+    if (dir) {
+        latent_model m = {0};
+        if (latent_model_load(&m, dir, &err) != 0) {
+            cli_fail("%s", err.msg);
+            return 1;
+        }
+        int rc = bench_model(dir, &m, (int)prefill, (int)decode, batches, n_batches, (int)rounds);
+        latent_model_free(&m);
+        return rc;
+    }
+    static const struct { const char *name; latent_rec_type rec; } all[] = {
+        {"plain", LATENT_REC_NONE}, {"t2mlr", LATENT_REC_T2MLR}, {"lrt", LATENT_REC_LRT}};
+    for (int k = 0; k < 3; k++) {
+        if (!strstr(kinds, all[k].name)) continue;
+        latent_model m;
+        if (make_standard(&m, all[k].rec, &err) != 0) return cli_fail("%s", err.msg);
+        char name[96];
+        snprintf(name, sizeof name, "standard 135M-shaped model, %s, F32", all[k].name);
+        int rc = bench_model(name, &m, (int)prefill, (int)decode, batches, n_batches, (int)rounds);
+        latent_weights_free(&m.w);
+        if (rc) return rc;
+    }
+    return 0;
+}

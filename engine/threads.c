@@ -1,0 +1,135 @@
+/* A small spin-then-sleep thread pool for latent_parallel_for.
+ *
+ * Tasks are claimed from one 64-bit word holding (section << 32 | next task)
+ * with a compare-and-swap, so a worker that wakes late can never claim a task
+ * of a section it did not see published, and the caller never waits for a
+ * worker that is descheduled: it runs whatever tasks nobody claimed itself,
+ * then waits only for tasks already running. On a busy machine that keeps a
+ * parallel section from costing a scheduler time slice. */
+#include "latent/threads.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define MAX_THREADS 64
+/* Pause iterations before an idle worker sleeps: bridges the gap between two
+ * parallel sections of a step, then leaves the core to other threads. */
+#define SPIN_ITERS 100000
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_threads;                /* including the caller */
+    pthread_t tids[MAX_THREADS];
+    _Atomic uint64_t work;        /* section << 32 | next unclaimed task */
+    atomic_int completed;         /* tasks of the current section finished */
+    atomic_int sleepers;
+    latent_task_fn fn;            /* written before a section is published */
+    void *ctx;
+    int n_tasks;
+    int started;
+} pool_t;
+
+static pool_t g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Claims and runs tasks of `section` until none is left. */
+static void run_tasks(pool_t *p, uint32_t section) {
+    for (;;) {
+        uint64_t w = atomic_load_explicit(&p->work, memory_order_acquire);
+        if ((uint32_t)(w >> 32) != section) return;
+        uint32_t t = (uint32_t)w;
+        if ((int)t >= p->n_tasks) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->work, &w, w + 1, memory_order_acq_rel, memory_order_relaxed))
+            continue;
+        p->fn(p->ctx, (int)t);
+        atomic_fetch_add_explicit(&p->completed, 1, memory_order_release);
+    }
+}
+
+static void *worker_main(void *arg) {
+    pool_t *p = arg;
+    uint32_t seen = 0; /* workers start before any section is published */
+    for (;;) {
+        uint32_t s;
+        int spins = 0;
+        while ((s = (uint32_t)(atomic_load_explicit(&p->work, memory_order_acquire) >> 32)) == seen) {
+            if (++spins < SPIN_ITERS) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while ((s = (uint32_t)(atomic_load(&p->work) >> 32)) == seen) pthread_cond_wait(&p->cv, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        seen = s;
+        run_tasks(p, s);
+    }
+    return NULL;
+}
+
+static void start_workers(pool_t *p, int n) {
+    if (n < 1) n = 1;
+    if (n > MAX_THREADS) n = MAX_THREADS;
+    /* Our threads split the work; OpenBLAS must not spawn its own on top. */
+    openblas_set_num_threads(1);
+    p->n_threads = 1;
+    for (int i = 1; i < n; i++) {
+        if (pthread_create(&p->tids[i], NULL, worker_main, p) != 0) break;
+        p->n_threads++;
+    }
+    p->started = 1;
+}
+
+static void default_init(void) {
+    if (g_pool.started) return;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    start_workers(&g_pool, n > 0 ? (int)n : 1);
+}
+
+void latent_set_threads(int n) {
+    /* Workers cannot be resized once running; the count is fixed at first use. */
+    if (g_pool.started) return;
+    start_workers(&g_pool, n);
+}
+
+int latent_get_threads(void) {
+    pthread_once(&g_once, default_init);
+    return g_pool.n_threads;
+}
+
+void latent_parallel_for(latent_task_fn fn, void *ctx, int n_tasks) {
+    pthread_once(&g_once, default_init);
+    pool_t *p = &g_pool;
+    if (p->n_threads == 1 || n_tasks <= 1) {
+        for (int t = 0; t < n_tasks; t++) fn(ctx, t);
+        return;
+    }
+    p->fn = fn, p->ctx = ctx, p->n_tasks = n_tasks;
+    atomic_store_explicit(&p->completed, 0, memory_order_relaxed);
+    uint32_t section = (uint32_t)(atomic_load(&p->work) >> 32) + 1;
+    atomic_store_explicit(&p->work, (uint64_t)section << 32, memory_order_release);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    run_tasks(p, section);
+    int spins = 0;
+    while (atomic_load_explicit(&p->completed, memory_order_acquire) < n_tasks)
+        if (++spins % 1024 == 0) sched_yield(); else cpu_relax();
+}

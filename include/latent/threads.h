@@ -1,0 +1,20 @@
+/* The engine's worker threads: a parallel-for that the caller's thread joins.
+ *
+ * OpenBLAS runs single-threaded inside each task; the engine splits its
+ * matrix products by output rows across these threads itself, so the BLAS
+ * pool and ours never compete for the two cores. Workers spin briefly
+ * between the many small parallel sections of a step (a decode step has
+ * hundreds) and sleep once idle. One thread at a time may call
+ * latent_parallel_for: the engine's step thread or the trainer. */
+#ifndef LATENT_THREADS_H
+#define LATENT_THREADS_H
+
+/* fn(ctx, task) runs once for every task in [0, n_tasks), spread over the threads. */
+typedef void (*latent_task_fn)(void *ctx, int task);
+
+/* Sets the thread count (default: online cores); 1 runs everything inline. */
+void latent_set_threads(int n);
+int latent_get_threads(void);
+void latent_parallel_for(latent_task_fn fn, void *ctx, int n_tasks);
+
+#endif
