@@ -112,7 +112,7 @@ int cmd_generate(int argc, char **argv) {
     latent_rng rng;
     latent_rng_seed(&rng, (uint64_t)seed);
     latent_utf8_stream utf8 = {0};
-    char piece[256], text[256 + 8];
+    char piece[256], text[LATENT_UTF8_STREAM_ROOM(256)];
 
     latent_batch_entry b = {.seq = &seq, .tokens = ids, .n_tokens = n_prompt, .prompt = 1,
                             .logits = LATENT_LOGITS_LAST, .out = logits};
@@ -130,6 +130,7 @@ int cmd_generate(int argc, char **argv) {
             printf(t ? ", %d" : "%d", next);
         } else {
             int nb = latent_tokenizer_token_bytes(m.tok, next, piece, sizeof piece);
+            if (nb > (int)sizeof piece) nb = (int)sizeof piece; /* longer tokens are cut */
             size_t out = nb > 0 ? latent_utf8_stream_feed(&utf8, piece, (size_t)nb, text) : 0;
             fwrite(text, 1, out, stdout);
         }
