@@ -112,7 +112,7 @@ int cmd_generate(int argc, char **argv) {
     latent_rng rng;
     latent_rng_seed(&rng, (uint64_t)seed);
     latent_utf8_stream utf8 = {0};
-    char piece[256], text[LATENT_UTF8_STREAM_ROOM(256)];
+    static char piece[4096], text[LATENT_UTF8_STREAM_ROOM(4096)];
 
     latent_batch_entry b = {.seq = &seq, .tokens = ids, .n_tokens = n_prompt, .prompt = 1,
                             .logits = LATENT_LOGITS_LAST, .out = logits};
