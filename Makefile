@@ -110,6 +110,9 @@ test: all | $(TEST_STAMP)
 	@$(MAKE) --no-print-directory SANITIZER=undefined unit
 	@tests/run_tests.sh all $(BUILD)
 
+bench: all
+	$(BUILD)/latent bench
+
 run: all
 	@tests/make_test_model.sh build/run-model
 	$(BUILD)/latent generate --model build/run-model --prompt "The quick brown fox" -n 32
