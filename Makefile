@@ -113,7 +113,7 @@ test: all | $(TEST_STAMP)
 bench: all
 	$(BUILD)/latent bench
 
-run: all
+run: all | $(TEST_STAMP)
 	@tests/make_test_model.sh build/run-model
 	$(BUILD)/latent generate --model build/run-model --prompt "The quick brown fox" -n 32
 
