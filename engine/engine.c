@@ -42,6 +42,7 @@ struct latent_engine {
     attn_scratch attn;            /* per-thread attention buffers for contexts up to cap_ctx */
     row_meta *rows, *wrows;       /* (N) */
     float *entry_state;           /* (n_entries, d) running state per entry */
+    float *logits; int cap_logits;/* (cap_logits, vocab) the head's output for a batch */
 };
 
 static double now_seconds(void) {
@@ -74,6 +75,7 @@ void latent_engine_free(latent_engine *e) {
     free(e->rows);
     free(e->wrows);
     free(e->entry_state);
+    free(e->logits);
     free(e);
 }
 
@@ -411,12 +413,24 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
     }
     if (nl > 0) {
         rmsnorm_forward(e->xb, e->wx, w->final_norm, nl, d, c->rms_eps);
-        for (int en = 0, r = 0; en < n_entries; en++) {
-            latent_batch_entry *b = &entries[en];
-            if (b->logits == LATENT_LOGITS_NONE) continue;
-            int rows = b->logits == LATENT_LOGITS_ALL ? b->n_tokens : 1;
-            matmul_forward(b->out, e->xb + (size_t)r * d, w->lm_head, rows, d, c->vocab);
-            r += rows;
+        if (n_entries == 1) {
+            matmul_forward(entries[0].out, e->xb, w->lm_head, nl, d, c->vocab);
+        } else {
+            /* One product over every row: the head is the largest matrix, and
+             * reading it once per entry would cost a pass per sequence. */
+            if (nl > e->cap_logits) {
+                float *lg = realloc(e->logits, (size_t)nl * c->vocab * sizeof(float));
+                if (!lg) return latent_err_set(err, "engine: out of memory for %d rows of logits", nl);
+                e->logits = lg, e->cap_logits = nl;
+            }
+            matmul_forward(e->logits, e->xb, w->lm_head, nl, d, c->vocab);
+            for (int en = 0, r = 0; en < n_entries; en++) {
+                latent_batch_entry *b = &entries[en];
+                if (b->logits == LATENT_LOGITS_NONE) continue;
+                int rows = b->logits == LATENT_LOGITS_ALL ? b->n_tokens : 1;
+                memcpy(b->out, e->logits + (size_t)r * c->vocab, (size_t)rows * c->vocab * sizeof(float));
+                r += rows;
+            }
         }
     }
     e->stats.rows += N;
