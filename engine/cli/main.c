@@ -16,6 +16,8 @@ static const struct {
     {"generate", cmd_generate, "stream a completion of a prompt to stdout"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin as a JSON array"},
     {"bench", cmd_bench, "measure prefill and decode speed and the recurrence's overhead"},
+    {"init", cmd_init, "create a model directory with initial weights from a config"},
+    {"retrofit", cmd_retrofit, "add a T2MLR or LRT path to a trained model, logits unchanged"},
 };
 
 static void usage(FILE *f) {
