@@ -1,0 +1,853 @@
+/* The trainer's ops (train_ops.h): forward and backward of every step of the
+ * forward, over row-major activations, spread over the engine threads.
+ *
+ * Determinism: every output element is computed by one task whose extent
+ * depends only on the sizes and the thread count, and scalar reductions sum
+ * per-row partials in row order, so a run repeats bit for bit. */
+#include "latent/train_ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "latent/ops.h"
+#include "latent/threads.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* exp(x) to ~2 ulp, written so `omp simd` loops vectorize it (Cephes' expf
+ * polynomial after x = n ln2 + r; 2^n built in the exponent bits). */
+static inline float fexp(float x) {
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float t = x * 1.44269504088896341f + 12582912.0f; /* round to nearest via the magic constant */
+    float n = t - 12582912.0f;
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    union { float f; int32_t i; } s = {.i = ((int32_t)n + 127) << 23};
+    return y * s.f;
+}
+
+static inline float fsigmoid(float x) { return 1.0f / (1.0f + fexp(-x)); }
+
+typedef struct {
+    tr_rows_fn fn;
+    void *ctx;
+    int n, chunk;
+} rows_job;
+
+static void rows_task(void *ctx, int task) {
+    const rows_job *j = ctx;
+    int r0 = task * j->chunk, r1 = r0 + j->chunk > j->n ? j->n : r0 + j->chunk;
+    if (r0 < r1) j->fn(j->ctx, r0, r1);
+}
+
+void tr_par_rows(tr_rows_fn fn, void *ctx, int n) {
+    if (n <= 0) return;
+    int threads = latent_get_threads();
+    /* Two chunks per thread: the caller picks up what a descheduled worker left. */
+    int tasks = n >= 16 * threads ? 2 * threads : 1;
+    rows_job j = {fn, ctx, n, (n + tasks - 1) / tasks};
+    latent_parallel_for(rows_task, &j, tasks);
+}
+
+/* ---- embedding ---------------------------------------------------------- */
+
+void tr_embedding_forward(float *out, const int32_t *tokens, const float *embed, int n, int d) {
+    for (int r = 0; r < n; r++) memcpy(out + (size_t)r * d, embed + (size_t)tokens[r] * d, d * sizeof(float));
+}
+
+typedef struct {
+    float *dembed;
+    const float *dout;
+    const int32_t *tokens;
+    int n, d, chunk;
+} emb_job;
+
+/* Columns [c0, c1) of every row: no two tasks touch the same float. */
+static void emb_bwd_task(void *ctx, int task) {
+    const emb_job *j = ctx;
+    int c0 = task * j->chunk, c1 = c0 + j->chunk > j->d ? j->d : c0 + j->chunk;
+    for (int r = 0; r < j->n; r++) {
+        float *de = j->dembed + (size_t)j->tokens[r] * j->d;
+        const float *g = j->dout + (size_t)r * j->d;
+        for (int c = c0; c < c1; c++) de[c] += g[c];
+    }
+}
+
+void tr_embedding_backward(float *dembed, const float *dout, const int32_t *tokens, int n, int d) {
+    /* dembed[tokens[r]] += dout[r]: rows may repeat a token, so split columns. */
+    int tasks = d >= 64 ? latent_get_threads() : 1;
+    emb_job j = {dembed, dout, tokens, n, d, ((d + tasks - 1) / tasks + 15) / 16 * 16};
+    latent_parallel_for(emb_bwd_task, &j, tasks);
+}
+
+/* ---- linear ------------------------------------------------------------- */
+
+typedef struct {
+    float *out;
+    const float *x, *w, *bias;
+    int n, in_dim, out_dim, chunk;
+} lin_fwd_job;
+
+static void lin_fwd_task(void *ctx, int task) {
+    const lin_fwd_job *j = ctx;
+    int r0 = task * j->chunk, r1 = r0 + j->chunk > j->n ? j->n : r0 + j->chunk;
+    if (r0 >= r1) return;
+    float *o = j->out + (size_t)r0 * j->out_dim;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, j->out_dim, j->in_dim, 1.0f,
+                j->x + (size_t)r0 * j->in_dim, j->in_dim, j->w, j->in_dim, 0.0f, o, j->out_dim);
+    if (j->bias)
+        for (int r = r0; r < r1; r++, o += j->out_dim)
+            for (int c = 0; c < j->out_dim; c++) o[c] += j->bias[c];
+}
+
+void tr_linear_forward(float *out, const float *x, const float *w, const float *bias, int n, int in_dim,
+                    int out_dim) {
+    /* Rows split over the threads; each task reads all of W (it stays in cache). */
+    int threads = latent_get_threads();
+    int tasks = n >= 32 * threads ? threads : 1;
+    lin_fwd_job j = {out, x, w, bias, n, in_dim, out_dim, (n + tasks - 1) / tasks};
+    latent_parallel_for(lin_fwd_task, &j, tasks);
+}
+
+typedef struct {
+    float *dx, *dw, *dbias;
+    const float *dout, *x, *w;
+    int n, in_dim, out_dim;
+    int dx_tasks, dx_chunk, dw_chunk;
+} lin_bwd_job;
+
+static void lin_bwd_task(void *ctx, int task) {
+    const lin_bwd_job *j = ctx;
+    if (task < j->dx_tasks) {
+        /* dx[r0:r1] += dout[r0:r1] W */
+        int r0 = task * j->dx_chunk, r1 = r0 + j->dx_chunk > j->n ? j->n : r0 + j->dx_chunk;
+        if (r0 >= r1) return;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, j->in_dim, j->out_dim, 1.0f,
+                    j->dout + (size_t)r0 * j->out_dim, j->out_dim, j->w, j->in_dim, 1.0f,
+                    j->dx + (size_t)r0 * j->in_dim, j->in_dim);
+        return;
+    }
+    /* dw[o0:o1] += dout[:, o0:o1]^T x; dbias[o0:o1] += column sums */
+    task -= j->dx_tasks;
+    int o0 = task * j->dw_chunk, o1 = o0 + j->dw_chunk > j->out_dim ? j->out_dim : o0 + j->dw_chunk;
+    if (o0 >= o1) return;
+    if (j->dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, j->in_dim, j->n, 1.0f, j->dout + o0,
+                    j->out_dim, j->x, j->in_dim, 1.0f, j->dw + (size_t)o0 * j->in_dim, j->in_dim);
+    if (j->dbias)
+        for (int r = 0; r < j->n; r++) {
+            const float *g = j->dout + (size_t)r * j->out_dim;
+            for (int o = o0; o < o1; o++) j->dbias[o] += g[o];
+        }
+}
+
+void tr_linear_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x, const float *w,
+                     int n, int in_dim, int out_dim) {
+    int threads = latent_get_threads();
+    lin_bwd_job j = {dx, dw, dbias, dout, x, w, n, in_dim, out_dim, 0, 1, 1};
+    int dw_tasks = 0;
+    if (dx) {
+        j.dx_tasks = n >= 32 * threads ? threads : 1;
+        j.dx_chunk = (n + j.dx_tasks - 1) / j.dx_tasks;
+    }
+    if (dw || dbias) {
+        dw_tasks = out_dim >= 32 * threads ? threads : 1;
+        j.dw_chunk = ((out_dim + dw_tasks - 1) / dw_tasks + 15) / 16 * 16;
+    }
+    latent_parallel_for(lin_bwd_task, &j, j.dx_tasks + dw_tasks);
+}
+
+/* ---- RMSNorm ------------------------------------------------------------ */
+
+typedef struct {
+    float *out, *rstd, *dx, *dw;
+    const float *x, *w, *dout;
+    int n, d;
+    float eps;
+    int chunk;
+} norm_job;
+
+static void norm_fwd_rows(void *ctx, int r0, int r1) {
+    const norm_job *j = ctx;
+    int d = j->d;
+    for (int r = r0; r < r1; r++) {
+        const float *xr = j->x + (size_t)r * d;
+        float *o = j->out + (size_t)r * d;
+        double ss = 0;
+        for (int i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / d + j->eps));
+        j->rstd[r] = inv;
+        for (int i = 0; i < d; i++) o[i] = xr[i] * inv * j->w[i];
+    }
+}
+
+void tr_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n, int d, float eps) {
+    norm_job j = {.out = out, .rstd = rstd, .x = x, .w = w, .d = d, .eps = eps};
+    tr_par_rows(norm_fwd_rows, &j, n);
+}
+
+static void norm_bwd_rows(void *ctx, int r0, int r1) {
+    const norm_job *j = ctx;
+    int d = j->d;
+    for (int r = r0; r < r1; r++) {
+        const float *xr = j->x + (size_t)r * d, *g = j->dout + (size_t)r * d;
+        float *dx = j->dx + (size_t)r * d;
+        float rs = j->rstd[r];
+        /* out = x * rstd * w: d/dx of rstd = -rstd^3 x / d */
+        float dot = 0;
+        for (int i = 0; i < d; i++) dot += g[i] * j->w[i] * xr[i];
+        float c = dot * rs * rs * rs / d;
+        for (int i = 0; i < d; i++) dx[i] += rs * g[i] * j->w[i] - c * xr[i];
+    }
+}
+
+static void norm_dw_task(void *ctx, int task) {
+    const norm_job *j = ctx;
+    int c0 = task * j->chunk, c1 = c0 + j->chunk > j->d ? j->d : c0 + j->chunk;
+    /* dw += sum_rows dout * x * rstd, columns [c0, c1) in row order */
+    for (int r = 0; r < j->n; r++) {
+        const float *xr = j->x + (size_t)r * j->d, *g = j->dout + (size_t)r * j->d;
+        float rs = j->rstd[r];
+        for (int c = c0; c < c1; c++) j->dw[c] += g[c] * xr[c] * rs;
+    }
+}
+
+void tr_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *rstd,
+                      const float *w, int n, int d) {
+    norm_job j = {.rstd = (float *)rstd, .dx = dx, .dw = dw, .x = x, .w = w, .dout = dout, .n = n, .d = d};
+    if (dx) tr_par_rows(norm_bwd_rows, &j, n);
+    if (dw) {
+        int tasks = d >= 64 ? latent_get_threads() : 1;
+        j.chunk = ((d + tasks - 1) / tasks + 15) / 16 * 16;
+        latent_parallel_for(norm_dw_task, &j, tasks);
+    }
+}
+
+/* ---- RoPE --------------------------------------------------------------- */
+
+void tr_rope_tables(float *cos_t, float *sin_t, int n_pos, int head_dim, float theta) {
+    int half = head_dim / 2;
+    for (int p = 0; p < n_pos; p++) rope_tables(cos_t + (size_t)p * half, sin_t + (size_t)p * half, head_dim, p, theta);
+}
+
+typedef struct {
+    float *x;
+    const int *pos;
+    const float *c, *s;
+    int n_heads, hd;
+} rope_job;
+
+static void rope_fwd_rows(void *ctx, int r0, int r1) {
+    const rope_job *j = ctx;
+    int half = j->hd / 2;
+    for (int r = r0; r < r1; r++)
+        rope_forward(j->x + (size_t)r * j->n_heads * j->hd, j->n_heads, j->hd, j->c + (size_t)j->pos[r] * half,
+                     j->s + (size_t)j->pos[r] * half);
+}
+
+void tr_rope_forward(float *x, const int *pos, const float *cos_t, const float *sin_t, int n, int n_heads,
+                        int head_dim) {
+    rope_job j = {x, pos, cos_t, sin_t, n_heads, head_dim};
+    tr_par_rows(rope_fwd_rows, &j, n);
+}
+
+static void rope_bwd_rows(void *ctx, int r0, int r1) {
+    const rope_job *j = ctx;
+    int half = j->hd / 2;
+    for (int r = r0; r < r1; r++) {
+        const float *c = j->c + (size_t)j->pos[r] * half, *s = j->s + (size_t)j->pos[r] * half;
+        for (int h = 0; h < j->n_heads; h++) {
+            float *v = j->x + ((size_t)r * j->n_heads + h) * j->hd;
+            /* forward: a' = a c - b s, b' = b c + a s; backward is the transpose */
+            for (int i = 0; i < half; i++) {
+                float ga = v[i], gb = v[i + half];
+                v[i] = ga * c[i] + gb * s[i];
+                v[i + half] = gb * c[i] - ga * s[i];
+            }
+        }
+    }
+}
+
+void tr_rope_backward(float *dx, const int *pos, const float *cos_t, const float *sin_t, int n, int n_heads,
+                   int head_dim) {
+    rope_job j = {dx, pos, cos_t, sin_t, n_heads, head_dim};
+    tr_par_rows(rope_bwd_rows, &j, n);
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+#define ATT_QB 64 /* query rows per block: keys up to the block's last position */
+
+typedef struct {
+    float *out, *prob, *dq, *dk, *dv;
+    const float *q, *k, *v, *dout;
+    const int *qpos;
+    int B, nq, T, H, KV, hd;
+} att_job;
+
+static void att_fwd_task(void *ctx, int task) {
+    const att_job *j = ctx;
+    int b = task / j->H, h = task % j->H, g = h / (j->H / j->KV);
+    int qd = j->H * j->hd, kvd = j->KV * j->hd;
+    float scale = 1.0f / sqrtf((float)j->hd);
+    const float *kb = j->k + (size_t)b * j->T * kvd + (size_t)g * j->hd;
+    const float *vb = j->v + (size_t)b * j->T * kvd + (size_t)g * j->hd;
+    float *P = j->prob + ((size_t)b * j->H + h) * j->nq * j->T;
+    for (int j0 = 0; j0 < j->nq; j0 += ATT_QB) {
+        int j1 = j0 + ATT_QB > j->nq ? j->nq : j0 + ATT_QB;
+        int kmax = j->qpos[j1 - 1] + 1;
+        const float *qb = j->q + ((size_t)b * j->nq + j0) * qd + (size_t)h * j->hd;
+        float *Pb = P + (size_t)j0 * j->T;
+        /* scores = q k^T / sqrt(hd) over keys [0, kmax) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j1 - j0, kmax, j->hd, scale, qb, qd, kb, kvd, 0.0f,
+                    Pb, j->T);
+        for (int jj = j0; jj < j1; jj++) {
+            float *p = P + (size_t)jj * j->T;
+            int np = j->qpos[jj] + 1;
+            float mx = -INFINITY;
+            for (int i = 0; i < np; i++) mx = p[i] > mx ? p[i] : mx;
+            float sum = 0;
+#pragma omp simd reduction(+ : sum)
+            for (int i = 0; i < np; i++) {
+                p[i] = fexp(p[i] - mx);
+                sum += p[i];
+            }
+            float inv = 1.0f / sum;
+            for (int i = 0; i < np; i++) p[i] *= inv;
+            for (int i = np; i < kmax; i++) p[i] = 0.0f; /* causal mask */
+        }
+        /* out = P v */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, j1 - j0, j->hd, kmax, 1.0f, Pb, j->T, vb, kvd, 0.0f,
+                    j->out + ((size_t)b * j->nq + j0) * qd + (size_t)h * j->hd, qd);
+    }
+}
+
+void tr_attention_forward(float *out, float *prob, const float *q, const float *k, const float *v,
+                             const int *qpos, int B, int nq, int T, int n_heads, int n_kv_heads, int hd) {
+    att_job j = {.out = out, .prob = prob, .q = q, .k = k, .v = v, .qpos = qpos, .B = B, .nq = nq, .T = T,
+                 .H = n_heads, .KV = n_kv_heads, .hd = hd};
+    latent_parallel_for(att_fwd_task, &j, B * n_heads);
+}
+
+static void att_bwd_task(void *ctx, int task) {
+    const att_job *j = ctx;
+    /* One task per (sequence, kv head): it alone writes that head's dk, dv. */
+    int b = task / j->KV, g = task % j->KV, grp = j->H / j->KV;
+    int qd = j->H * j->hd, kvd = j->KV * j->hd;
+    float scale = 1.0f / sqrtf((float)j->hd);
+    const float *kb = j->k + (size_t)b * j->T * kvd + (size_t)g * j->hd;
+    const float *vb = j->v + (size_t)b * j->T * kvd + (size_t)g * j->hd;
+    float *dkb = j->dk + (size_t)b * j->T * kvd + (size_t)g * j->hd;
+    float *dvb = j->dv + (size_t)b * j->T * kvd + (size_t)g * j->hd;
+    float *dP = malloc((size_t)ATT_QB * j->T * sizeof(float));
+    if (!dP) abort();
+    for (int h = g * grp; h < (g + 1) * grp; h++) {
+        const float *P = j->prob + ((size_t)b * j->H + h) * j->nq * j->T;
+        for (int j0 = 0; j0 < j->nq; j0 += ATT_QB) {
+            int j1 = j0 + ATT_QB > j->nq ? j->nq : j0 + ATT_QB, m = j1 - j0;
+            int kmax = j->qpos[j1 - 1] + 1;
+            size_t qoff = ((size_t)b * j->nq + j0) * qd + (size_t)h * j->hd;
+            const float *Pb = P + (size_t)j0 * j->T;
+            /* out = P v: dP = dout v^T, dv += P^T dout */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, kmax, j->hd, 1.0f, j->dout + qoff, qd, vb, kvd,
+                        0.0f, dP, kmax);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kmax, j->hd, m, 1.0f, Pb, j->T, j->dout + qoff, qd,
+                        1.0f, dvb, kvd);
+            /* P = softmax(S): dS = P * (dP - sum(P dP)), times the score scale */
+            for (int jj = 0; jj < m; jj++) {
+                const float *p = Pb + (size_t)jj * j->T;
+                float *ds = dP + (size_t)jj * kmax;
+                int np = j->qpos[j0 + jj] + 1;
+                float dot = 0;
+                for (int i = 0; i < np; i++) dot += p[i] * ds[i];
+                for (int i = 0; i < np; i++) ds[i] = p[i] * (ds[i] - dot) * scale;
+                for (int i = np; i < kmax; i++) ds[i] = 0.0f;
+            }
+            /* S = q k^T * scale: dq += dS k, dk += dS^T q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, j->hd, kmax, 1.0f, dP, kmax, kb, kvd, 1.0f,
+                        j->dq + qoff, qd);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kmax, j->hd, m, 1.0f, dP, kmax, j->q + qoff, qd,
+                        1.0f, dkb, kvd);
+        }
+    }
+    free(dP);
+}
+
+void tr_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *prob, const float *q,
+                        const float *k, const float *v, const int *qpos, int B, int nq, int T, int n_heads,
+                        int n_kv_heads, int hd) {
+    att_job j = {.prob = (float *)prob, .dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .dout = dout,
+                 .qpos = qpos, .B = B, .nq = nq, .T = T, .H = n_heads, .KV = n_kv_heads, .hd = hd};
+    latent_parallel_for(att_bwd_task, &j, B * n_kv_heads);
+}
+
+/* ---- SwiGLU, residuals -------------------------------------------------- */
+
+typedef struct {
+    float *out, *dg, *du;
+    const float *g, *u, *dout, *src;
+} ew_job;
+
+static void swiglu_fwd_rows(void *ctx, int r0, int r1) {
+    const ew_job *j = ctx;
+#pragma omp simd
+    for (int i = r0; i < r1; i++) j->out[i] = j->g[i] / (1.0f + fexp(-j->g[i])) * j->u[i];
+}
+
+/* Elementwise ops: tr_par_rows over the flat range of floats. */
+static void par_elems(tr_rows_fn fn, void *ctx, size_t n) {
+    if (n > (size_t)1 << 30) abort(); /* activations are far smaller; int ranges suffice */
+    tr_par_rows(fn, ctx, (int)n);
+}
+
+void tr_swiglu_forward(float *out, const float *g, const float *u, size_t n) {
+    ew_job j = {.out = out, .g = g, .u = u};
+    par_elems(swiglu_fwd_rows, &j, n);
+}
+
+static void swiglu_bwd_rows(void *ctx, int r0, int r1) {
+    const ew_job *j = ctx;
+#pragma omp simd
+    for (int i = r0; i < r1; i++) {
+        float g = j->g[i], s = 1.0f / (1.0f + fexp(-g)), dout = j->dout[i];
+        /* out = g s(g) u: d/dg = u s (1 + g (1 - s)), d/du = g s */
+        j->dg[i] += dout * j->u[i] * s * (1.0f + g * (1.0f - s));
+        j->du[i] += dout * g * s;
+    }
+}
+
+void tr_swiglu_backward(float *dg, float *du, const float *dout, const float *g, const float *u, size_t n) {
+    ew_job j = {.dg = dg, .du = du, .g = g, .u = u, .dout = dout};
+    par_elems(swiglu_bwd_rows, &j, n);
+}
+
+static void residual_rows(void *ctx, int r0, int r1) {
+    const ew_job *j = ctx;
+#pragma omp simd
+    for (int i = r0; i < r1; i++) j->out[i] = j->g[i] + j->u[i];
+}
+
+void tr_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    ew_job j = {.out = out, .g = a, .u = b};
+    par_elems(residual_rows, &j, n);
+}
+
+static void add_rows(void *ctx, int r0, int r1) {
+    const ew_job *j = ctx;
+#pragma omp simd
+    for (int i = r0; i < r1; i++) j->out[i] += j->src[i];
+}
+
+void tr_add(float *dst, const float *src, size_t n) {
+    ew_job j = {.out = dst, .src = src};
+    par_elems(add_rows, &j, n);
+}
+
+/* ---- cross-entropy ------------------------------------------------------ */
+
+typedef struct {
+    float *loss, *logits;
+    const int32_t *targets;
+    const uint8_t *mask;
+    float scale;
+    int V;
+} ce_job;
+
+static void ce_fwd_rows(void *ctx, int r0, int r1) {
+    const ce_job *j = ctx;
+    for (int r = r0; r < r1; r++) {
+        if (j->mask && !j->mask[r]) {
+            j->loss[r] = 0.0f;
+            continue;
+        }
+        const float *x = j->logits + (size_t)r * j->V;
+        float mx = -INFINITY;
+        for (int i = 0; i < j->V; i++) mx = x[i] > mx ? x[i] : mx;
+        float sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < j->V; i++) sum += fexp(x[i] - mx);
+        j->loss[r] = (float)(log((double)sum) + mx - x[j->targets[r]]);
+    }
+}
+
+void tr_crossentropy_forward(float *loss, const float *logits, const int32_t *targets, const uint8_t *mask, int n,
+                          int V) {
+    ce_job j = {.loss = loss, .logits = (float *)logits, .targets = targets, .mask = mask, .V = V};
+    tr_par_rows(ce_fwd_rows, &j, n);
+}
+
+static void ce_bwd_rows(void *ctx, int r0, int r1) {
+    const ce_job *j = ctx;
+    for (int r = r0; r < r1; r++) {
+        float *x = j->logits + (size_t)r * j->V;
+        if (j->mask && !j->mask[r]) {
+            memset(x, 0, (size_t)j->V * sizeof(float));
+            continue;
+        }
+        float mx = -INFINITY;
+        for (int i = 0; i < j->V; i++) mx = x[i] > mx ? x[i] : mx;
+        float sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < j->V; i++) {
+            x[i] = fexp(x[i] - mx);
+            sum += x[i];
+        }
+        /* loss = logsumexp(x) - x[target]: d/dx = softmax(x) - onehot(target) */
+        float c = j->scale / sum;
+#pragma omp simd
+        for (int i = 0; i < j->V; i++) x[i] *= c;
+        x[j->targets[r]] -= j->scale;
+    }
+}
+
+void tr_crossentropy_softmax_backward(float *logits, const int32_t *targets, const uint8_t *mask, float scale,
+                                   int n, int V) {
+    ce_job j = {.logits = logits, .targets = targets, .mask = mask, .scale = scale, .V = V};
+    tr_par_rows(ce_bwd_rows, &j, n);
+}
+
+/* ---- T2MLR fusion and cache update -------------------------------------- */
+
+typedef struct {
+    float *out, *dh, *dR, *dpre_r, *dpre_c, *part_r, *part_c;
+    const t2mlr_fuse_acts *a;
+    const float *h, *R, *dout;
+    float tr, tc;
+    const float *br, *bc;
+    int d;
+} fuse_job;
+
+static void fuse_fwd_rows(void *ctx, int r0, int r1) {
+    const fuse_job *j = ctx;
+    int d = j->d;
+    for (int r = r0; r < r1; r++) {
+        const float *h = j->h + (size_t)r * d, *u = j->a->u + (size_t)r * d;
+        float *sr = j->a->sr + (size_t)r * d, *sc = j->a->sc + (size_t)r * d;
+        float *o = j->out + (size_t)r * d;
+#pragma omp simd
+        for (int i = 0; i < d; i++) {
+            sr[i] = fsigmoid(sr[i] + j->br[i]);
+            sc[i] = fsigmoid(sc[i] + j->bc[i]);
+            o[i] = h[i] + j->tr * sr[i] * u[i] + j->tc * sc[i] * h[i];
+        }
+    }
+}
+
+static void fuse_z_rows(void *ctx, int r0, int r1) {
+    const fuse_job *j = ctx;
+    int d = j->d;
+    for (int r = r0; r < r1; r++) {
+        memcpy(j->a->z + (size_t)r * 2 * d, j->h + (size_t)r * d, d * sizeof(float));
+        memcpy(j->a->z + (size_t)r * 2 * d + d, j->a->u + (size_t)r * d, d * sizeof(float));
+    }
+}
+
+void tr_t2mlr_fuse_forward(float *out, const t2mlr_fuse_acts *a, const float *h, const float *R, t2mlr_fuse_w w,
+                        int n, int d) {
+    fuse_job j = {.out = out, .a = a, .h = h, .R = R, .tr = tanhf(w.gamma_rec[0]), .tc = tanhf(w.gamma_cur[0]),
+                  .br = w.f_rec_b, .bc = w.f_cur_b, .d = d};
+    tr_linear_forward(a->u, R, w.w_rec, NULL, n, d, d);     /* u = R W_rec^T */
+    tr_par_rows(fuse_z_rows, &j, n);                   /* z = [h ; u] */
+    tr_linear_forward(a->sr, a->z, w.f_rec_w, NULL, n, 2 * d, d);
+    tr_linear_forward(a->sc, a->z, w.f_cur_w, NULL, n, 2 * d, d);
+    tr_par_rows(fuse_fwd_rows, &j, n);
+}
+
+static void fuse_bwd_rows(void *ctx, int r0, int r1) {
+    const fuse_job *j = ctx;
+    int d = j->d;
+    for (int r = r0; r < r1; r++) {
+        size_t o = (size_t)r * d;
+        const float *g = j->dout + o, *h = j->h + o, *u = j->a->u + o, *sr = j->a->sr + o, *sc = j->a->sc + o;
+        float *dh = j->dh + o, *du = j->dR + o; /* du lands in the scratch's second half, see caller */
+        float *pr = j->dpre_r + o, *pc = j->dpre_c + o;
+        float s_r = 0, s_c = 0;
+#pragma omp simd reduction(+ : s_r, s_c)
+        for (int i = 0; i < d; i++) {
+            /* out = h + tr sr u + tc sc h */
+            dh[i] += g[i] * (1.0f + j->tc * sc[i]);
+            du[i] = g[i] * j->tr * sr[i];
+            pr[i] = g[i] * j->tr * u[i] * sr[i] * (1.0f - sr[i]);
+            pc[i] = g[i] * j->tc * h[i] * sc[i] * (1.0f - sc[i]);
+            s_r += g[i] * sr[i] * u[i];
+            s_c += g[i] * sc[i] * h[i];
+        }
+        j->part_r[r] = s_r;
+        j->part_c[r] = s_c;
+    }
+}
+
+typedef struct {
+    float *dh, *du;
+    const float *dz;
+    int d;
+} split_job;
+
+static void split_rows(void *ctx, int r0, int r1) {
+    const split_job *j = ctx;
+    int d = j->d;
+    for (int r = r0; r < r1; r++) {
+        const float *dz = j->dz + (size_t)r * 2 * d;
+        float *dh = j->dh + (size_t)r * d, *du = j->du + (size_t)r * d;
+        for (int i = 0; i < d; i++) {
+            dh[i] += dz[i];
+            du[i] += dz[d + i];
+        }
+    }
+}
+
+void tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
+                         const float *h, const float *R, t2mlr_fuse_w w, float *scratch, int n, int d) {
+    /* scratch: dpre_r, dpre_c (n, d each) | dz (n, 2d); du and the per-row
+     * partial sums live in separate small allocations. */
+    float *dpre_r = scratch, *dpre_c = scratch + (size_t)n * d, *dz = scratch + (size_t)2 * n * d;
+    float *du = malloc((size_t)n * d * sizeof(float));
+    float *part = malloc((size_t)2 * n * sizeof(float));
+    if (!du || !part) abort();
+    fuse_job j = {.dh = dh, .dR = du, .dpre_r = dpre_r, .dpre_c = dpre_c, .part_r = part, .part_c = part + n,
+                  .a = a, .h = h, .R = R, .dout = dout, .tr = tanhf(w.gamma_rec[0]), .tc = tanhf(w.gamma_cur[0]),
+                  .d = d};
+    tr_par_rows(fuse_bwd_rows, &j, n);
+    double sr = 0, sc = 0;
+    for (int r = 0; r < n; r++) sr += part[r], sc += part[n + r];
+    /* tr = tanh(gamma_rec): d tr / d gamma = 1 - tr^2 */
+    g.gamma_rec[0] += (float)(sr * (1.0 - (double)j.tr * j.tr));
+    g.gamma_cur[0] += (float)(sc * (1.0 - (double)j.tc * j.tc));
+    /* pre = z F^T + b */
+    memset(dz, 0, (size_t)n * 2 * d * sizeof(float));
+    tr_linear_backward(dz, g.f_rec_w, g.f_rec_b, dpre_r, a->z, w.f_rec_w, n, 2 * d, d);
+    tr_linear_backward(dz, g.f_cur_w, g.f_cur_b, dpre_c, a->z, w.f_cur_w, n, 2 * d, d);
+    split_job sj = {dh, du, dz, d};
+    tr_par_rows(split_rows, &sj, n);
+    /* u = R W_rec^T */
+    tr_linear_backward(dR, g.w_rec, NULL, du, R, w.w_rec, n, d, d);
+    free(du);
+    free(part);
+}
+
+typedef struct {
+    float *out, *f, *dy, *dprev;
+    const float *y, *prev, *dout;
+    int residual, d;
+    float clamp, eps;
+} upd_job;
+
+static void upd_fwd_rows(void *ctx, int r0, int r1) {
+    const upd_job *j = ctx;
+    int d = j->d;
+    for (int r = r0; r < r1; r++) {
+        const float *y = j->y + (size_t)r * d, *p = j->prev + (size_t)r * d;
+        float *o = j->out + (size_t)r * d;
+        if (!j->residual) {
+            memcpy(o, y, d * sizeof(float));
+            j->f[r] = 1.0f;
+            continue;
+        }
+        /* the same arithmetic as the engine's update: sums in double */
+        double ss = 0;
+        for (int i = 0; i < d; i++) {
+            o[i] = y[i] + p[i];
+            ss += (double)o[i] * o[i];
+        }
+        double f = 1.0 / sqrt(ss / d + j->eps), cl = j->clamp;
+        if (f > cl) f = cl;
+        if (f < 1.0 / cl) f = 1.0 / cl;
+        for (int i = 0; i < d; i++) o[i] = (float)(o[i] * f);
+        j->f[r] = (float)f;
+    }
+}
+
+void tr_t2mlr_update_forward(float *out, float *f, const float *y, const float *prev, int residual, float clamp,
+                          float eps, int n, int d) {
+    upd_job j = {.out = out, .f = f, .y = y, .prev = prev, .residual = residual, .d = d, .clamp = clamp, .eps = eps};
+    tr_par_rows(upd_fwd_rows, &j, n);
+}
+
+static void upd_bwd_rows(void *ctx, int r0, int r1) {
+    const upd_job *j = ctx;
+    int d = j->d;
+    for (int r = r0; r < r1; r++) {
+        const float *g = j->dout + (size_t)r * d;
+        float *dy = j->dy + (size_t)r * d;
+        float f = j->residual ? j->f[r] : 1.0f;
+        for (int i = 0; i < d; i++) dy[i] += f * g[i];
+        if (j->residual && j->dprev) {
+            float *dp = j->dprev + (size_t)r * d;
+            for (int i = 0; i < d; i++) dp[i] += f * g[i];
+        }
+    }
+}
+
+void tr_t2mlr_update_backward(float *dy, float *dprev, const float *dout, const float *f, int residual, int n, int d) {
+    upd_job j = {.f = (float *)f, .dy = dy, .dprev = dprev, .dout = dout, .residual = residual, .d = d};
+    tr_par_rows(upd_bwd_rows, &j, n);
+}
+
+void tr_shift_right_forward(float *out, const float *in, int B, int T, int d) {
+    for (int b = 0; b < B; b++) {
+        float *o = out + (size_t)b * T * d;
+        memset(o, 0, (size_t)d * sizeof(float));
+        memcpy(o + d, in + (size_t)b * T * d, (size_t)(T - 1) * d * sizeof(float));
+    }
+}
+
+void tr_shift_right_backward(float *din, const float *dout, int B, int T, int d) {
+    for (int b = 0; b < B; b++) tr_add(din + (size_t)b * T * d, dout + ((size_t)b * T + 1) * d, (size_t)(T - 1) * d);
+}
+
+/* ---- LRT injections ----------------------------------------------------- */
+
+typedef struct {
+    float *out, *dx, *dm, *part_a, *part_g;
+    const float *x, *m, *dout;
+    float alpha, gamma;
+    size_t n;
+} inj_job;
+
+static void inj_fwd_rows(void *ctx, int r0, int r1) {
+    const inj_job *j = ctx;
+    if (j->m) {
+#pragma omp simd
+        for (int i = r0; i < r1; i++) j->out[i] = j->alpha * j->x[i] + j->gamma * j->m[i];
+    } else {
+#pragma omp simd
+        for (int i = r0; i < r1; i++) j->out[i] = j->alpha * j->x[i];
+    }
+}
+
+void tr_lrt_residual_forward(float *out, const float *x, const float *m, float alpha, float gamma, size_t n) {
+    inj_job j = {.out = out, .x = x, .m = m, .alpha = alpha, .gamma = gamma};
+    par_elems(inj_fwd_rows, &j, n);
+}
+
+#define INJ_PART 1024 /* floats per partial sum of the scalar gradients */
+
+static void inj_bwd_task(void *ctx, int r0, int r1) {
+    const inj_job *j = ctx;
+    for (int i = r0; i < r1; i++) {
+        j->dx[i] += j->alpha * j->dout[i];
+        if (j->m && j->dm) j->dm[i] += j->gamma * j->dout[i];
+    }
+}
+
+static void inj_part_rows(void *ctx, int c0, int c1) {
+    const inj_job *j = ctx;
+    /* chunk c sums [c*INJ_PART, (c+1)*INJ_PART) of the flat range */
+    size_t n = j->n;
+    for (int c = c0; c < c1; c++) {
+        size_t i0 = (size_t)c * INJ_PART, i1 = i0 + INJ_PART > n ? n : i0 + INJ_PART;
+        float sa = 0, sg = 0;
+        for (size_t i = i0; i < i1; i++) {
+            sa += j->dout[i] * j->x[i];
+            if (j->m) sg += j->dout[i] * j->m[i];
+        }
+        j->part_a[c] = sa;
+        j->part_g[c] = sg;
+    }
+}
+
+void tr_lrt_residual_backward(float *dx, float *dm, float *dalpha, float *dgamma, const float *dout, const float *x,
+                           const float *m, float alpha, float gamma, size_t n) {
+    int nc = (int)((n + INJ_PART - 1) / INJ_PART);
+    float *part = malloc((size_t)2 * (nc ? nc : 1) * sizeof(float));
+    if (!part) abort();
+    inj_job j = {.n = n, .dx = dx, .dm = dm, .part_a = part, .part_g = part + nc, .x = x,
+                 .m = m, .dout = dout, .alpha = alpha, .gamma = gamma};
+    tr_par_rows(inj_part_rows, &j, nc);
+    double sa = 0, sg = 0;
+    for (int c = 0; c < nc; c++) sa += part[c], sg += part[nc + c];
+    if (dalpha) dalpha[0] += (float)sa;
+    if (dgamma && m) dgamma[0] += (float)sg;
+    free(part);
+    if (dx) par_elems(inj_bwd_task, &j, n);
+}
+
+typedef struct {
+    float *k, *v, *gate, *dkl, *dvl, *dmk, *dmv, *dgl;
+    const float *mk, *mv, *kl, *vl, *dk, *dv;
+    int nkv, hd;
+} kvi_job;
+
+static void kvi_fwd_rows(void *ctx, int r0, int r1) {
+    const kvi_job *j = ctx;
+    int nkv = j->nkv, hd = j->hd, kvd = nkv * hd;
+    for (int r = r0; r < r1; r++) {
+        float *g = j->gate + (size_t)r * 2 * nkv;
+        for (int i = 0; i < 2 * nkv; i++) g[i] = 2.0f * fsigmoid(g[i]);
+        for (int h = 0; h < nkv; h++) {
+            size_t o = (size_t)r * kvd + (size_t)h * hd;
+            float gl = g[h], gf = g[nkv + h];
+            for (int i = 0; i < hd; i++) {
+                j->k[o + i] = gl * j->kl[o + i] + (j->mk ? gf * j->mk[o + i] : 0.0f);
+                j->v[o + i] = gl * j->vl[o + i] + (j->mv ? gf * j->mv[o + i] : 0.0f);
+            }
+        }
+    }
+}
+
+void tr_lrt_kv_forward(float *k, float *v, float *gate, float *mk, float *mv, const float *kl, const float *vl,
+                    const float *a, const float *m, const float *G, const float *K, const float *V, int n,
+                    int d, int n_kv_heads, int hd) {
+    int kvd = n_kv_heads * hd;
+    tr_linear_forward(gate, a, G, NULL, n, d, 2 * n_kv_heads);
+    if (m) {
+        tr_linear_forward(mk, m, K, NULL, n, d, kvd);
+        tr_linear_forward(mv, m, V, NULL, n, d, kvd);
+    }
+    kvi_job j = {.k = k, .v = v, .gate = gate, .mk = m ? mk : NULL, .mv = m ? mv : NULL, .kl = kl, .vl = vl,
+                 .nkv = n_kv_heads, .hd = hd};
+    tr_par_rows(kvi_fwd_rows, &j, n);
+}
+
+static void kvi_bwd_rows(void *ctx, int r0, int r1) {
+    const kvi_job *j = ctx;
+    int nkv = j->nkv, hd = j->hd, kvd = nkv * hd;
+    for (int r = r0; r < r1; r++) {
+        const float *g = j->gate + (size_t)r * 2 * nkv;
+        float *dgl = j->dgl + (size_t)r * 2 * nkv;
+        for (int h = 0; h < nkv; h++) {
+            size_t o = (size_t)r * kvd + (size_t)h * hd;
+            float gl = g[h], gf = g[nkv + h], sl = 0, sf = 0;
+            /* k = gl kl + gf mk (likewise v) */
+            for (int i = 0; i < hd; i++) {
+                float dk = j->dk[o + i], dv = j->dv[o + i];
+                j->dkl[o + i] += gl * dk;
+                j->dvl[o + i] += gl * dv;
+                sl += dk * j->kl[o + i] + dv * j->vl[o + i];
+                if (j->mk) {
+                    j->dmk[o + i] = gf * dk;
+                    j->dmv[o + i] = gf * dv;
+                    sf += dk * j->mk[o + i] + dv * j->mv[o + i];
+                }
+            }
+            /* g = 2 sigmoid(l): dg/dl = 2 s (1 - s) = g (1 - g/2) */
+            dgl[h] = sl * gl * (1.0f - 0.5f * gl);
+            dgl[nkv + h] = sf * gf * (1.0f - 0.5f * gf);
+        }
+    }
+}
+
+void tr_lrt_kv_backward(float *dkl, float *dvl, float *da, float *dm, float *dG, float *dK, float *dV,
+                     const float *dk, const float *dv, const float *gate, const float *mk, const float *mv,
+                     const float *kl, const float *vl, const float *a, const float *m, const float *G,
+                     const float *K, const float *V, float *scratch, int n, int d, int n_kv_heads, int hd) {
+    int kvd = n_kv_heads * hd;
+    float *dgl = scratch, *dmk = scratch + (size_t)n * 2 * n_kv_heads, *dmv = dmk + (size_t)n * kvd;
+    kvi_job j = {.gate = (float *)gate, .dkl = dkl, .dvl = dvl, .dmk = dmk, .dmv = dmv, .dgl = dgl,
+                 .mk = m ? mk : NULL, .mv = m ? mv : NULL, .kl = kl, .vl = vl, .dk = dk, .dv = dv,
+                 .nkv = n_kv_heads, .hd = hd};
+    tr_par_rows(kvi_bwd_rows, &j, n);
+    tr_linear_backward(da, dG, NULL, dgl, a, G, n, d, 2 * n_kv_heads);
+    if (m) {
+        tr_linear_backward(dm, dK, NULL, dmk, m, K, n, d, kvd);
+        tr_linear_backward(dm, dV, NULL, dmv, m, V, n, d, kvd);
+    }
+}
