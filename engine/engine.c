@@ -16,9 +16,18 @@
 #include "attention.h"
 #include "latent/ops.h"
 
+/* The matrices of one block, prepared for inference (see latent_linear). */
+typedef struct engine_layer {
+    latent_linear wq, wk, wv, wo, wg, wu, wd;
+    latent_linear lrt_gate, lrt_k, lrt_v;   /* LRT KV injection, when present */
+} engine_layer;
+
 struct latent_engine {
     const latent_model *m;
     const latent_config *cfg;
+    engine_layer *lin;            /* (n_layers) */
+    latent_linear head;           /* (vocab, d) */
+    latent_linear w_rec, f_rec, f_cur; /* T2MLR */
     int recurrence;               /* 0: run the plain backbone (benchmark control) */
     latent_engine_stats stats;
 
@@ -56,6 +65,49 @@ int latent_engine_flow(const latent_config *cfg, int prompt) {
     return 2;
 }
 
+static void engine_free_linears(latent_engine *e) {
+    if (e->lin)
+        for (int l = 0; l < e->cfg->n_layers; l++) {
+            latent_linear *ls = &e->lin[l].wq;
+            for (size_t i = 0; i < sizeof(engine_layer) / sizeof(latent_linear); i++) latent_linear_free(&ls[i]);
+        }
+    free(e->lin);
+    latent_linear_free(&e->head);
+    latent_linear_free(&e->w_rec);
+    latent_linear_free(&e->f_rec);
+    latent_linear_free(&e->f_cur);
+}
+
+/* Prepares every matrix the forward multiplies by. */
+static int engine_init_linears(latent_engine *e) {
+    const latent_config *c = e->cfg;
+    const latent_weights *w = &e->m->w;
+    int d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c), rc = 0;
+    e->lin = calloc(c->n_layers, sizeof *e->lin);
+    if (!e->lin) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        const latent_layer *L = &w->layers[l];
+        engine_layer *E = &e->lin[l];
+        rc |= latent_linear_init(&E->wq, L->wq, qd, d);
+        rc |= latent_linear_init(&E->wk, L->wk, kvd, d);
+        rc |= latent_linear_init(&E->wv, L->wv, kvd, d);
+        rc |= latent_linear_init(&E->wo, L->wo, d, qd);
+        rc |= latent_linear_init(&E->wg, L->wg, c->ffn, d);
+        rc |= latent_linear_init(&E->wu, L->wu, c->ffn, d);
+        rc |= latent_linear_init(&E->wd, L->wd, d, c->ffn);
+        if (L->lrt_gate) rc |= latent_linear_init(&E->lrt_gate, L->lrt_gate, 2 * c->n_kv_heads, d);
+        if (L->lrt_k) rc |= latent_linear_init(&E->lrt_k, L->lrt_k, kvd, d);
+        if (L->lrt_v) rc |= latent_linear_init(&E->lrt_v, L->lrt_v, kvd, d);
+    }
+    rc |= latent_linear_init(&e->head, w->lm_head, c->vocab, d);
+    if (c->rec == LATENT_REC_T2MLR) {
+        rc |= latent_linear_init(&e->w_rec, w->t2mlr.w_rec, d, d);
+        rc |= latent_linear_init(&e->f_rec, w->t2mlr.f_rec_w, d, 2 * d);
+        rc |= latent_linear_init(&e->f_cur, w->t2mlr.f_cur_w, d, 2 * d);
+    }
+    return rc;
+}
+
 latent_engine *latent_engine_new(const latent_model *m, latent_err *err) {
     latent_engine *e = calloc(1, sizeof *e);
     if (!e) {
@@ -65,11 +117,17 @@ latent_engine *latent_engine_new(const latent_model *m, latent_err *err) {
     e->m = m;
     e->cfg = &m->cfg;
     e->recurrence = 1;
+    if (engine_init_linears(e) != 0) {
+        latent_err_set(err, "engine: out of memory preparing the weights for inference");
+        latent_engine_free(e);
+        return NULL;
+    }
     return e;
 }
 
 void latent_engine_free(latent_engine *e) {
     if (!e) return;
+    engine_free_linears(e);
     free(e->slab);
     attn_scratch_free(&e->attn);
     free(e->rows);
@@ -128,12 +186,11 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, laten
 
 /* LRT KV injection (models.md §3) on n rows: k, v of each kv head j become
  * g_loc_j * k_j + g_fb_j * (m K^T)_j, gates g = 2 sigmoid(a G^T). */
-static void lrt_kv_inject(latent_engine *e, const latent_layer *L, const float *mem, int n) {
+static void lrt_kv_inject(latent_engine *e, const engine_layer *E, const float *mem, int n) {
     const latent_config *c = e->cfg;
     int kvd = latent_config_kv_dim(c), nkv = c->n_kv_heads, hd = c->head_dim;
-    matmul_forward(e->gate, e->xb, L->lrt_gate, n, c->d, 2 * nkv);
-    matmul_forward(e->mk, mem, L->lrt_k, n, c->d, kvd);
-    matmul_forward(e->mv, mem, L->lrt_v, n, c->d, kvd);
+    linear_forward(e->gate, e->xb, &E->lrt_gate, n);
+    linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&E->lrt_k, &E->lrt_v}, 2, mem, n);
     for (int r = 0; r < n; r++) {
         const float *g = e->gate + (size_t)r * 2 * nkv;
         for (int j = 0; j < nkv; j++) {
@@ -153,6 +210,7 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
                           const float *mem) {
     const latent_config *c = e->cfg;
     const latent_layer *L = &e->m->w.layers[layer];
+    const engine_layer *E = &e->lin[layer];
     int d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c), hd = c->head_dim;
     int half = hd / 2;
     int inject = mem && c->rec == LATENT_REC_LRT && layer >= c->lrt.inject_start && layer <= c->lrt.inject_end;
@@ -164,12 +222,10 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
         e->stats.recur_seconds += now_seconds() - t0;
     }
     rmsnorm_forward(e->xb, x, L->attn_norm, n, d, c->rms_eps);
-    matmul_forward(e->q, e->xb, L->wq, n, d, qd);
-    matmul_forward(e->k, e->xb, L->wk, n, d, kvd);
-    matmul_forward(e->v, e->xb, L->wv, n, d, kvd);
+    linear_forward_multi((float *[]){e->q, e->k, e->v}, (const latent_linear *[]){&E->wq, &E->wk, &E->wv}, 3, e->xb, n);
     if (inject && c->lrt.kv_injection) {
         double t0 = now_seconds();
-        lrt_kv_inject(e, L, mem, n);
+        lrt_kv_inject(e, E, mem, n);
         e->stats.recur_seconds += now_seconds() - t0;
     }
     for (int r = 0; r < n; r++) {
@@ -183,14 +239,13 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
         memcpy(latent_kv_row(pool, pool->v, page, layer, pos % P), e->v + (size_t)r * kvd, kvd * sizeof(float));
     }
     attention_forward(e->att, e->q, rows, n, layer, c, &e->attn);
-    matmul_forward(e->tmp, e->att, L->wo, n, qd, d);
+    linear_forward(e->tmp, e->att, &E->wo, n);
     for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
 
     rmsnorm_forward(e->xb, x, L->mlp_norm, n, d, c->rms_eps);
-    matmul_forward(e->hg, e->xb, L->wg, n, d, c->ffn);
-    matmul_forward(e->hu, e->xb, L->wu, n, d, c->ffn);
+    linear_forward_multi((float *[]){e->hg, e->hu}, (const latent_linear *[]){&E->wg, &E->wu}, 2, e->xb, n);
     swiglu_forward(e->hg, e->hg, e->hu, (size_t)n * c->ffn);
-    matmul_forward(e->tmp, e->hg, L->wd, n, c->ffn, d);
+    linear_forward(e->tmp, e->hg, &E->wd, n);
     for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
 }
 
@@ -202,13 +257,12 @@ static void t2mlr_fuse(latent_engine *e, float *x, const row_meta *rows, int n, 
     int d = e->cfg->d;
     float tr = tanhf(W->gamma_rec[0]), tc = tanhf(W->gamma_cur[0]);
     float *u = e->tmp2, *z = e->tmp, *gr = e->tmp3, *gc = e->xb;
-    matmul_forward(u, mem, W->w_rec, n, d, d);
+    linear_forward(u, mem, &e->w_rec, n);
     for (int r = 0; r < n; r++) {
         memcpy(z + (size_t)r * 2 * d, x + (size_t)r * d, d * sizeof(float));
         memcpy(z + (size_t)r * 2 * d + d, u + (size_t)r * d, d * sizeof(float));
     }
-    matmul_forward(gr, z, W->f_rec_w, n, 2 * d, d);
-    matmul_forward(gc, z, W->f_cur_w, n, 2 * d, d);
+    linear_forward_multi((float *[]){gr, gc}, (const latent_linear *[]){&e->f_rec, &e->f_cur}, 2, z, n);
     for (int r = 0; r < n; r++) {
         if (rows[r].flow != 2) continue;
         float *h = x + (size_t)r * d;
@@ -414,7 +468,7 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
     if (nl > 0) {
         rmsnorm_forward(e->xb, e->wx, w->final_norm, nl, d, c->rms_eps);
         if (n_entries == 1) {
-            matmul_forward(entries[0].out, e->xb, w->lm_head, nl, d, c->vocab);
+            linear_forward(entries[0].out, e->xb, &e->head, nl);
         } else {
             /* One product over every row: the head is the largest matrix, and
              * reading it once per entry would cost a pass per sequence. */
@@ -423,7 +477,7 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
                 if (!lg) return latent_err_set(err, "engine: out of memory for %d rows of logits", nl);
                 e->logits = lg, e->cap_logits = nl;
             }
-            matmul_forward(e->logits, e->xb, w->lm_head, nl, d, c->vocab);
+            linear_forward(e->logits, e->xb, &e->head, nl);
             for (int en = 0, r = 0; en < n_entries; en++) {
                 latent_batch_entry *b = &entries[en];
                 if (b->logits == LATENT_LOGITS_NONE) continue;

@@ -1,9 +1,11 @@
 /* Forward ops over row-major activations, each with a naive reference. */
 #include "latent/ops.h"
 #include "latent/threads.h"
+#include "gemm.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -37,6 +39,68 @@ void matmul_forward(float *out, const float *x, const float *w, int n, int in_di
     int chunk = ((out_dim + tasks - 1) / tasks + 15) / 16 * 16;
     matmul_job j = {out, x, w, n, in_dim, out_dim, chunk};
     latent_parallel_for(matmul_slice, &j, tasks);
+}
+
+int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim) {
+    memset(l, 0, sizeof *l);
+    l->w = w, l->out_dim = out_dim, l->in_dim = in_dim;
+    if (!gemm_available()) return 0;
+    gemm_packed p;
+    if (gemm_pack(&p, w, out_dim, in_dim) != 0) return -1;
+    l->packed = p.data, l->n_panels = p.n_panels;
+    return 0;
+}
+
+void latent_linear_free(latent_linear *l) {
+    if (!l) return;
+    free(l->packed);
+    memset(l, 0, sizeof *l);
+}
+
+#define MAX_MULTI 4
+
+typedef struct {
+    float *const *outs;
+    const latent_linear *const *ls;
+    int n_ls, n, total_panels, per_task;
+    const float *x;
+} linear_job;
+
+/* Task t computes panels [t*per_task, (t+1)*per_task) of the concatenation
+ * of every matrix's panels. */
+static void linear_task(void *ctx, int task) {
+    const linear_job *j = ctx;
+    int g0 = task * j->per_task, g1 = g0 + j->per_task < j->total_panels ? g0 + j->per_task : j->total_panels;
+    for (int i = 0, base = 0; i < j->n_ls && g0 < g1; base += j->ls[i]->n_panels, i++) {
+        const latent_linear *l = j->ls[i];
+        int p0 = g0 - base, p1 = g1 - base;
+        if (p1 <= 0 || p0 >= l->n_panels) continue;
+        if (p0 < 0) p0 = 0;
+        if (p1 > l->n_panels) p1 = l->n_panels;
+        gemm_packed gp = {(float *)l->packed, l->out_dim, l->in_dim, l->n_panels};
+        gemm_run(j->outs[i], l->out_dim, j->x, &gp, j->n, p0, p1);
+    }
+}
+
+void linear_forward_multi(float *const *outs, const latent_linear *const *ls, int n_ls, const float *x, int n) {
+    /* One row is bound by reading the weights: BLAS' sgemv on the original
+     * layout streams them faster than the packed kernel does. */
+    if (!ls[0]->packed || n == 1) {
+        for (int i = 0; i < n_ls; i++) matmul_forward(outs[i], x, ls[i]->w, n, ls[i]->in_dim, ls[i]->out_dim);
+        return;
+    }
+    int total = 0;
+    for (int i = 0; i < n_ls; i++) total += ls[i]->n_panels;
+    /* A few tasks per thread balance uneven panels; each task is still big
+     * enough to stream its panels at full speed. */
+    int threads = latent_get_threads(), tasks = threads == 1 ? 1 : threads * 2;
+    if (tasks > total) tasks = total;
+    linear_job j = {outs, ls, n_ls, n, total, (total + tasks - 1) / tasks, x};
+    latent_parallel_for(linear_task, &j, (total + j.per_task - 1) / j.per_task);
+}
+
+void linear_forward(float *out, const float *x, const latent_linear *l, int n) {
+    linear_forward_multi(&out, &l, 1, x, n);
 }
 
 void matmul_forward_ref(float *out, const float *x, const float *w, int n, int in_dim, int out_dim) {

@@ -11,6 +11,25 @@
 void matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim);
 void matmul_forward_ref(float *out, const float *x, const float *w, int n, int in_dim, int out_dim);
 
+/* A weight matrix prepared for inference: on CPUs with AVX-512 it is
+ * repacked once into the engine's own kernel layout (a second copy of the
+ * weights; the original stays for training and lookups), else products go
+ * through BLAS on the original. */
+typedef struct latent_linear {
+    const float *w;       /* (out_dim, in_dim), not owned */
+    int out_dim, in_dim;
+    float *packed;        /* owned; NULL when BLAS is used */
+    int n_panels;
+} latent_linear;
+
+int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim);
+void latent_linear_free(latent_linear *l);
+/* out (n, out_dim) = x (n, in_dim) W^T */
+void linear_forward(float *out, const float *x, const latent_linear *l, int n);
+/* Several products of the same x in one parallel section (q, k, v; gate, up):
+ * outs[i] (n, ls[i]->out_dim) = x ls[i]^T. */
+void linear_forward_multi(float *const *outs, const latent_linear *const *ls, int n_ls, const float *x, int n);
+
 /* out = x / sqrt(mean(x^2) + eps) * weight, per row; sums in double. */
 void rmsnorm_forward(float *out, const float *x, const float *weight, int n, int dim, float eps);
 void rmsnorm_forward_ref(float *out, const float *x, const float *weight, int n, int dim, float eps);

@@ -25,6 +25,27 @@ int main(void) {
               tu_rel_err(a, b, (size_t)n * out));
         free(x), free(w), free(a), free(b);
     }
+    /* prepared matrices (the packed AVX-512 kernel where the CPU has it):
+     * row counts across the 12-row tile, widths that end mid-panel, K blocks */
+    int lshapes[][3] = {{1, 40, 70}, {2, 33, 5}, {7, 64, 96}, {12, 300, 33}, {13, 17, 32}, {29, 600, 130}};
+    for (int s = 0; s < 6; s++) {
+        int n = lshapes[s][0], in = lshapes[s][1], out = lshapes[s][2];
+        float *x = randv((size_t)n * in), *w = randv((size_t)out * in), *w2 = randv((size_t)out * in);
+        float *a = malloc(sizeof(float) * n * out), *b = malloc(sizeof(float) * n * out);
+        float *a2 = malloc(sizeof(float) * n * out), *b2 = malloc(sizeof(float) * n * out);
+        latent_linear l, l2;
+        CHECK(latent_linear_init(&l, w, out, in) == 0 && latent_linear_init(&l2, w2, out, in) == 0, "linear init");
+        linear_forward(a, x, &l, n);
+        matmul_forward_ref(b, x, w, n, in, out);
+        CHECK(tu_rel_err(a, b, (size_t)n * out) < 1e-5, "linear %dx%dx%d rel err %g", n, in, out,
+              tu_rel_err(a, b, (size_t)n * out));
+        linear_forward_multi((float *[]){a, a2}, (const latent_linear *[]){&l, &l2}, 2, x, n);
+        matmul_forward_ref(b2, x, w2, n, in, out);
+        CHECK(tu_rel_err(a, b, (size_t)n * out) < 1e-5 && tu_rel_err(a2, b2, (size_t)n * out) < 1e-5,
+              "linear multi %dx%dx%d", n, in, out);
+        latent_linear_free(&l), latent_linear_free(&l2);
+        free(x), free(w), free(w2), free(a), free(b), free(a2), free(b2);
+    }
     /* rmsnorm */
     {
         int n = 3, d = 50;
