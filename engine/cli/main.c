@@ -18,12 +18,13 @@ static const struct {
     {"bench", cmd_bench, "measure prefill and decode speed and the recurrence's overhead"},
     {"init", cmd_init, "create a model directory with initial weights from a config"},
     {"retrofit", cmd_retrofit, "add a T2MLR or LRT path to a trained model, logits unchanged"},
+    {"tokenize-file", cmd_tokenize_file, "encode a text file into a training token file (uint32 ids)"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: latent <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\n`latent <command> --help` shows a command's options.\n");
 }
 
