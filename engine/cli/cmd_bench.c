@@ -17,7 +17,8 @@ static const char *help =
     "usage: latent bench [--model DIR] [--kinds plain,t2mlr,lrt] [--threads N]\n"
     "                    [--prefill N] [--decode N] [--batches 1,8,32,64] [--rounds R]\n"
     "\n"
-    "Measures prefill tokens/s (one sequence of --prefill tokens, default 512),\n"
+    "Measures prefill tokens/s (one sequence of --prefill tokens, default 512,\n"
+    "and four such sequences prefilling together),\n"
     "decode tokens/s at each batch size (--decode steps, default 64, after a\n"
     "32-token prompt per sequence), inter-token latency (median and p99 step\n"
     "time) and, for recurrent models, the same figures for the backbone with the\n"
@@ -75,22 +76,27 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
-/* Prefill of one n-token prompt; tokens/s. */
-static int bench_prefill(latent_engine *eng, const latent_model *m, int n, figure *out, latent_err *err) {
+/* Prefill of n_seqs prompts of n tokens each, in one step; tokens/s. */
+static int bench_prefill(latent_engine *eng, const latent_model *m, int n, int n_seqs, figure *out, latent_err *err) {
     latent_kv_pool pool;
-    latent_seq s;
-    if (latent_kv_pool_init(&pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16) * (n / 16 + 2), err) != 0) return -1;
-    latent_seq_init(&s, &pool, &m->cfg, err);
-    int32_t *tok = malloc(n * sizeof *tok);
-    float *logits = malloc(m->cfg.vocab * sizeof(float));
-    for (int i = 0; i < n; i++) tok[i] = (i * 7919 + 11) % m->cfg.vocab;
-    latent_batch_entry b = {.seq = &s, .tokens = tok, .n_tokens = n, .prompt = 1, .logits = LATENT_LOGITS_LAST, .out = logits};
+    if (latent_kv_pool_init(&pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16) * (n / 16 + 2) * n_seqs, err) != 0)
+        return -1;
+    latent_seq *seqs = calloc(n_seqs, sizeof *seqs);
+    latent_batch_entry *es = calloc(n_seqs, sizeof *es);
+    int32_t *tok = malloc((size_t)n * n_seqs * sizeof *tok);
+    float *logits = malloc((size_t)n_seqs * m->cfg.vocab * sizeof(float));
+    for (int s = 0; s < n_seqs; s++) {
+        latent_seq_init(&seqs[s], &pool, &m->cfg, err);
+        for (int i = 0; i < n; i++) tok[s * n + i] = (i * 7919 + s * 104729 + 11) % m->cfg.vocab;
+        es[s] = (latent_batch_entry){.seq = &seqs[s], .tokens = tok + (size_t)s * n, .n_tokens = n, .prompt = 1,
+                                     .logits = LATENT_LOGITS_LAST, .out = logits + (size_t)s * m->cfg.vocab};
+    }
     double t0 = now_s();
-    int rc = latent_engine_step(eng, &b, 1, err);
+    int rc = latent_engine_step(eng, es, n_seqs, err);
     double t = now_s() - t0;
-    out->tok_s = n / t, out->p50_ms = out->p99_ms = t * 1e3;
-    free(tok), free(logits);
-    latent_seq_free(&s);
+    out->tok_s = (double)n * n_seqs / t, out->p50_ms = out->p99_ms = t * 1e3;
+    for (int s = 0; s < n_seqs; s++) latent_seq_free(&seqs[s]);
+    free(seqs), free(es), free(tok), free(logits);
     latent_kv_pool_free(&pool);
     return rc;
 }
@@ -154,13 +160,16 @@ static int bench_model(const char *name, const latent_model *m, int prefill, int
     printf("%-22s %12s %10s %10s", "measure", "tokens/s", "p50 ms", "p99 ms");
     if (recurrent) printf(" %12s %10s %8s", "backbone t/s", "bb p50 ms", "ratio");
     printf("\n");
-    for (int k = -1; k < n_batches; k++) {
-        figure best[2] = {{0}, {0}};
+    for (int k = -2; k < n_batches; k++) {
+        figure best[2];
+        memset(best, 0, sizeof best);
         for (int r = 0; r < rounds; r++)
             for (int on = 1; on >= (recurrent ? 0 : 1); on--) {
                 latent_engine_set_recurrence(eng, on);
-                figure f = {0};
-                int rc = k < 0 ? bench_prefill(eng, m, prefill, &f, &err) : bench_decode(eng, m, batches[k], decode, &f, &err);
+                figure f = {0, 0, 0};
+                int rc = k == -2   ? bench_prefill(eng, m, prefill, 1, &f, &err)
+                         : k == -1 ? bench_prefill(eng, m, prefill, 4, &f, &err)
+                                   : bench_decode(eng, m, batches[k], decode, &f, &err);
                 if (rc != 0) {
                     latent_engine_free(eng);
                     return cli_fail("bench: %s", err.msg);
@@ -168,7 +177,8 @@ static int bench_model(const char *name, const latent_model *m, int prefill, int
                 keep_best(&best[on], &f);
             }
         char label[64];
-        if (k < 0) snprintf(label, sizeof label, "prefill %d", prefill);
+        if (k == -2) snprintf(label, sizeof label, "prefill %d", prefill);
+        else if (k == -1) snprintf(label, sizeof label, "prefill 4 x %d", prefill);
         else snprintf(label, sizeof label, "decode batch %d", batches[k]);
         printf("%-22s %12.1f %10.2f %10.2f", label, best[1].tok_s, best[1].p50_ms, best[1].p99_ms);
         if (recurrent)
