@@ -490,17 +490,19 @@ static void ce_bwd_rows(void *ctx, int r0, int r1) {
         float *x = j->logits + (size_t)r * j->V;
         if (j->mask && !j->mask[r]) {
             memset(x, 0, (size_t)j->V * sizeof(float));
+            if (j->loss) j->loss[r] = 0.0f;
             continue;
         }
         float mx = -INFINITY;
         for (int i = 0; i < j->V; i++) mx = x[i] > mx ? x[i] : mx;
-        float sum = 0;
+        float xt = x[j->targets[r]], sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int i = 0; i < j->V; i++) {
             x[i] = fexp(x[i] - mx);
             sum += x[i];
         }
         /* loss = logsumexp(x) - x[target]: d/dx = softmax(x) - onehot(target) */
+        if (j->loss) j->loss[r] = (float)(log((double)sum) + mx - xt);
         float c = j->scale / sum;
 #pragma omp simd
         for (int i = 0; i < j->V; i++) x[i] *= c;
@@ -508,9 +510,9 @@ static void ce_bwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_crossentropy_softmax_backward(float *logits, const int32_t *targets, const uint8_t *mask, float scale,
-                                   int n, int V) {
-    ce_job j = {.logits = logits, .targets = targets, .mask = mask, .scale = scale, .V = V};
+void tr_crossentropy_softmax_backward(float *logits, float *loss, const int32_t *targets, const uint8_t *mask,
+                                      float scale, int n, int V) {
+    ce_job j = {.logits = logits, .loss = loss, .targets = targets, .mask = mask, .scale = scale, .V = V};
     tr_par_rows(ce_bwd_rows, &j, n);
 }
 

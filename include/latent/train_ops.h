@@ -74,9 +74,10 @@ void tr_add(float *dst, const float *src, size_t n);
 void tr_crossentropy_forward(float *loss, const float *logits, const int32_t *targets, const uint8_t *mask, int n,
                           int V);
 /* In place: logits become scale * (softmax - onehot(target)) on scored rows,
- * 0 on the others (a fused softmax + cross-entropy backward). */
-void tr_crossentropy_softmax_backward(float *logits, const int32_t *targets, const uint8_t *mask, float scale,
-                                   int n, int V);
+ * 0 on the others (a fused softmax + cross-entropy backward). When loss is
+ * not NULL it also gets the forward's row losses (one exp per logit for both). */
+void tr_crossentropy_softmax_backward(float *logits, float *loss, const int32_t *targets, const uint8_t *mask,
+                                      float scale, int n, int V);
 
 /* T2MLR fusion (models.md §2), every row recurrent:
  *   u = R W_rec^T, z = [h ; u], sr = sigmoid(z F_rec^T + b_rec), sc = sigmoid(z F_cur^T + b_cur)

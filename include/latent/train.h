@@ -1,0 +1,135 @@
+/* Offline training (`latent train`): the three training modes of models.md
+ * §2-3 over a batch, the optimizer, token files (§5) and checkpoints.
+ *
+ * State is split by lifetime, llm.c style: the model's weights (model.h) are
+ * updated in place; gradients and the optimizer's moments are separate
+ * latent_weights blocks with the same parameter table; activations live in
+ * one slab owned by the latent_trainer, sized once for (mode, B, T). */
+#ifndef LATENT_TRAIN_H
+#define LATENT_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "latent/error.h"
+#include "latent/model.h"
+
+/* ---- the forward/backward of one batch ---------------------------------- */
+
+typedef enum {
+    LATENT_TRAIN_PLAIN = 0, /* the backbone alone (a recurrent model's recurrent path switched off) */
+    LATENT_TRAIN_JACOBI,    /* T2MLR Jacobi training, models.md §2 */
+    LATENT_TRAIN_LRT,       /* LRT interleaved training, models.md §3 */
+} latent_train_mode;
+
+typedef struct latent_train_shape {
+    latent_train_mode mode;
+    int batch, seq;           /* B sequences of T positions per step */
+    int jacobi_iters;         /* D >= 1 */
+    int jacobi_grad_iters;    /* B of §2: gradients through the last B iterations (>= 0; > D acts as D) */
+    int lrt_subsets;          /* S, 1 <= S <= T */
+} latent_train_shape;
+
+typedef struct latent_trainer latent_trainer;
+
+/* Checks the shape against the model (mode vs recurrence type, T <= max_pos)
+ * and allocates the activation slab. Borrows m (must outlive the trainer). */
+latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_shape *s, latent_err *err);
+void latent_trainer_free(latent_trainer *t);
+/* Bytes of the activation slab (every pass's saved activations, gradients' scratch). */
+size_t latent_trainer_activation_bytes(const latent_trainer *t);
+
+/* One batch: tokens (B, T+1), row b holding T inputs then the last target;
+ * mask (B, T) says which targets are scored (NULL: all). Runs the mode's
+ * forward and returns its loss in *loss; when grads is not NULL also runs the
+ * backward, ADDING every parameter's gradient into grads (same config as the
+ * model; the caller zeroes it). Token ids must be < vocab. */
+int latent_trainer_step(latent_trainer *t, const int32_t *tokens, const uint8_t *mask, latent_weights *grads,
+                        double *loss, latent_err *err);
+
+/* The logits (B*T, vocab) of the last forward-only step (grads == NULL):
+ * plain and Jacobi: the final pass; LRT: each position's logits from its
+ * subset's pass. Written to out. */
+void latent_trainer_logits(const latent_trainer *t, float *out);
+
+/* Gate statistics of the last step (recurrent modes; zeros otherwise). */
+typedef struct latent_gate_stats {
+    double tanh_gamma_rec, tanh_gamma_cur;   /* T2MLR: tanh of the fusion scales */
+    double gate_rec, gate_cur;               /* T2MLR: mean sigmoid gates of the final pass */
+    double alpha, gamma;                     /* LRT: mean alpha_i, gamma_i over injected blocks */
+    double gate_loc, gate_fb;                /* LRT: mean KV gates of the subset passes */
+} latent_gate_stats;
+void latent_trainer_gate_stats(const latent_trainer *t, latent_gate_stats *out);
+
+/* ---- optimizer ---------------------------------------------------------- */
+
+typedef struct latent_optim_opts {
+    int adamw;                /* 1: AdamW, 0: SGD */
+    float lr;                 /* peak learning rate */
+    float weight_decay;       /* decoupled, on 2-D tensors only (not norms, biases, gates' scalars) */
+    float beta1, beta2, eps;
+    float grad_clip;          /* global L2 norm clip; 0 = off */
+    int warmup;               /* linear warmup steps */
+    int cosine;               /* 1: cosine decay to 0 at `steps`; 0: constant after warmup */
+    int64_t steps;            /* total steps of the run (for the schedule) */
+} latent_optim_opts;
+
+typedef struct latent_optim {
+    latent_optim_opts o;
+    latent_weights m, v;      /* AdamW moments (unallocated for SGD) */
+    int64_t step;             /* steps taken */
+    uint8_t *frozen;          /* (n_params) 1: never updated (the recurrent path in plain mode) */
+} latent_optim;
+
+int latent_optim_init(latent_optim *opt, const latent_config *cfg, const latent_optim_opts *o, latent_err *err);
+void latent_optim_free(latent_optim *opt);
+/* The learning rate of 0-based step s. */
+double latent_optim_lr(const latent_optim_opts *o, int64_t s);
+/* Global L2 norm of the gradients (frozen params excluded). */
+double latent_grad_norm(const latent_weights *g, const uint8_t *frozen);
+/* Clips (when enabled) and applies one update to w; returns the lr used. */
+double latent_optim_step(latent_optim *opt, latent_weights *w, latent_weights *g, double grad_norm);
+
+/* ---- token files (models.md §5) ----------------------------------------- */
+
+typedef struct latent_tokens {
+    char *path;
+    const uint32_t *ids; int64_t n;   /* the mapped file */
+    const uint8_t *mask;              /* FILE.mask beside FILE.bin when present: 1 byte per token, 1 = scored */
+    void *map, *mask_map;
+    size_t map_len, mask_len;
+} latent_tokens;
+
+/* Maps FILE.bin (and FILE.mask if it exists); checks ids < vocab and the
+ * size (a whole number of uint32, more than T + 1 tokens). */
+int latent_tokens_open(latent_tokens *f, const char *path, int vocab, int seq, latent_err *err);
+void latent_tokens_close(latent_tokens *f);
+/* Fills the batch of step s: tokens (B, T+1), mask (B, T) of its targets.
+ * shuffle == 0: row b starts at ((s*B + b) * T) mod (n - T - 1) (§5);
+ * otherwise windows of T+1 tokens at multiples of T, visited in a seeded
+ * random order per epoch. */
+void latent_tokens_batch(const latent_tokens *f, int64_t s, int B, int T, int shuffle, uint64_t seed,
+                         int32_t *tokens, uint8_t *mask);
+
+/* ---- checkpoints -------------------------------------------------------- */
+
+typedef struct latent_train_state {
+    int64_t step;             /* steps completed */
+    uint64_t seed;
+    double last_loss;
+} latent_train_state;
+
+/* Writes a checkpoint <out>/step-<N>: config.json, model.safetensors (F32),
+ * tokenizer files copied from tok_dir (may be NULL), optimizer.bin (the
+ * moments) and trainer.json (state). Built in a temporary directory in <out>
+ * (each file fsynced), renamed into place, the directory fsynced, then
+ * <out>/latest is switched to it by an atomic rename of a symlink: a crash at
+ * any moment leaves the previous checkpoint whole and `latest` pointing at a
+ * complete one. Keeps the newest `keep` checkpoints. */
+int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim *opt, const latent_train_state *st,
+                     const char *tok_dir, int keep, latent_err *err);
+/* Loads <dir> (a checkpoint directory) into a model already loaded from it
+ * and opt (initialized with the same config): moments, step, state. */
+int latent_ckpt_load_state(const char *dir, latent_optim *opt, latent_train_state *st, latent_err *err);
+
+#endif
