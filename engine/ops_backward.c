@@ -519,9 +519,10 @@ void tr_crossentropy_softmax_backward(float *logits, float *loss, const int32_t 
 /* ---- T2MLR fusion and cache update -------------------------------------- */
 
 typedef struct {
-    float *out, *dh, *dR, *dpre_r, *dpre_c, *part_r, *part_c;
+    float *out, *dh, *du, *dpre_r, *dpre_c, *part_r, *part_c;
     const t2mlr_fuse_acts *a;
-    const float *h, *R, *dout;
+    const float *h, *dout;
+    const uint8_t *flow;
     float tr, tc;
     const float *br, *bc;
     int d;
@@ -531,36 +532,42 @@ static void fuse_fwd_rows(void *ctx, int r0, int r1) {
     const fuse_job *j = ctx;
     int d = j->d;
     for (int r = r0; r < r1; r++) {
+        const float *h = j->h + (size_t)r * d;
+        memcpy(j->a->z + (size_t)r * 2 * d, h, d * sizeof(float));
+        memcpy(j->a->z + (size_t)r * 2 * d + d, j->a->u + (size_t)r * d, d * sizeof(float));
+        /* not recurrent: the block input is h */
+        if (j->flow && j->flow[r] != 2) memcpy(j->out + (size_t)r * d, h, d * sizeof(float));
+    }
+}
+
+static void fuse_gate_rows(void *ctx, int r0, int r1) {
+    const fuse_job *j = ctx;
+    int d = j->d;
+    for (int r = r0; r < r1; r++) {
         const float *h = j->h + (size_t)r * d, *u = j->a->u + (size_t)r * d;
         float *sr = j->a->sr + (size_t)r * d, *sc = j->a->sc + (size_t)r * d;
         float *o = j->out + (size_t)r * d;
+        int rec = !j->flow || j->flow[r] == 2;
 #pragma omp simd
         for (int i = 0; i < d; i++) {
             sr[i] = fsigmoid(sr[i] + j->br[i]);
             sc[i] = fsigmoid(sc[i] + j->bc[i]);
-            o[i] = h[i] + j->tr * sr[i] * u[i] + j->tc * sc[i] * h[i];
         }
-    }
-}
-
-static void fuse_z_rows(void *ctx, int r0, int r1) {
-    const fuse_job *j = ctx;
-    int d = j->d;
-    for (int r = r0; r < r1; r++) {
-        memcpy(j->a->z + (size_t)r * 2 * d, j->h + (size_t)r * d, d * sizeof(float));
-        memcpy(j->a->z + (size_t)r * 2 * d + d, j->a->u + (size_t)r * d, d * sizeof(float));
+        if (!rec) continue;
+#pragma omp simd
+        for (int i = 0; i < d; i++) o[i] = h[i] + j->tr * sr[i] * u[i] + j->tc * sc[i] * h[i];
     }
 }
 
 void tr_t2mlr_fuse_forward(float *out, const t2mlr_fuse_acts *a, const float *h, const float *R, t2mlr_fuse_w w,
-                        int n, int d) {
-    fuse_job j = {.out = out, .a = a, .h = h, .R = R, .tr = tanhf(w.gamma_rec[0]), .tc = tanhf(w.gamma_cur[0]),
+                           const uint8_t *flow, int n, int d) {
+    fuse_job j = {.out = out, .a = a, .h = h, .flow = flow, .tr = tanhf(w.gamma_rec[0]), .tc = tanhf(w.gamma_cur[0]),
                   .br = w.f_rec_b, .bc = w.f_cur_b, .d = d};
-    tr_linear_forward(a->u, R, w.w_rec, NULL, n, d, d);     /* u = R W_rec^T */
-    tr_par_rows(fuse_z_rows, &j, n);                   /* z = [h ; u] */
+    tr_linear_forward(a->u, R, w.w_rec, NULL, n, d, d); /* u = R W_rec^T */
+    tr_par_rows(fuse_fwd_rows, &j, n);                  /* z = [h ; u]; flow-1 rows pass h */
     tr_linear_forward(a->sr, a->z, w.f_rec_w, NULL, n, 2 * d, d);
     tr_linear_forward(a->sc, a->z, w.f_cur_w, NULL, n, 2 * d, d);
-    tr_par_rows(fuse_fwd_rows, &j, n);
+    tr_par_rows(fuse_gate_rows, &j, n);
 }
 
 static void fuse_bwd_rows(void *ctx, int r0, int r1) {
@@ -569,8 +576,13 @@ static void fuse_bwd_rows(void *ctx, int r0, int r1) {
     for (int r = r0; r < r1; r++) {
         size_t o = (size_t)r * d;
         const float *g = j->dout + o, *h = j->h + o, *u = j->a->u + o, *sr = j->a->sr + o, *sc = j->a->sc + o;
-        float *dh = j->dh + o, *du = j->dR + o; /* du lands in the scratch's second half, see caller */
-        float *pr = j->dpre_r + o, *pc = j->dpre_c + o;
+        float *dh = j->dh + o, *du = j->du + o, *pr = j->dpre_r + o, *pc = j->dpre_c + o;
+        if (j->flow && j->flow[r] != 2) {
+            /* out = h */
+            for (int i = 0; i < d; i++) dh[i] += g[i], du[i] = pr[i] = pc[i] = 0.0f;
+            j->part_r[r] = j->part_c[r] = 0.0f;
+            continue;
+        }
         float s_r = 0, s_c = 0;
 #pragma omp simd reduction(+ : s_r, s_c)
         for (int i = 0; i < d; i++) {
@@ -607,16 +619,17 @@ static void split_rows(void *ctx, int r0, int r1) {
 }
 
 void tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
-                         const float *h, const float *R, t2mlr_fuse_w w, float *scratch, int n, int d) {
+                            const float *h, const float *R, t2mlr_fuse_w w, const uint8_t *flow, float *scratch,
+                            int n, int d) {
     /* scratch: dpre_r, dpre_c (n, d each) | dz (n, 2d); du and the per-row
-     * partial sums live in separate small allocations. */
+     * partial sums of the gamma gradients in small allocations */
     float *dpre_r = scratch, *dpre_c = scratch + (size_t)n * d, *dz = scratch + (size_t)2 * n * d;
     float *du = malloc((size_t)n * d * sizeof(float));
     float *part = malloc((size_t)2 * n * sizeof(float));
     if (!du || !part) abort();
-    fuse_job j = {.dh = dh, .dR = du, .dpre_r = dpre_r, .dpre_c = dpre_c, .part_r = part, .part_c = part + n,
-                  .a = a, .h = h, .R = R, .dout = dout, .tr = tanhf(w.gamma_rec[0]), .tc = tanhf(w.gamma_cur[0]),
-                  .d = d};
+    fuse_job j = {.dh = dh, .du = du, .dpre_r = dpre_r, .dpre_c = dpre_c, .part_r = part, .part_c = part + n,
+                  .a = a, .h = h, .dout = dout, .flow = flow, .tr = tanhf(w.gamma_rec[0]),
+                  .tc = tanhf(w.gamma_cur[0]), .d = d};
     tr_par_rows(fuse_bwd_rows, &j, n);
     double sr = 0, sc = 0;
     for (int r = 0; r < n; r++) sr += part[r], sc += part[n + r];
@@ -638,6 +651,7 @@ void tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *d
 typedef struct {
     float *out, *f, *dy, *dprev;
     const float *y, *prev, *dout;
+    const uint8_t *flow;
     int residual, d;
     float clamp, eps;
 } upd_job;
@@ -648,9 +662,9 @@ static void upd_fwd_rows(void *ctx, int r0, int r1) {
     for (int r = r0; r < r1; r++) {
         const float *y = j->y + (size_t)r * d, *p = j->prev + (size_t)r * d;
         float *o = j->out + (size_t)r * d;
-        if (!j->residual) {
+        if (!j->residual || (j->flow && j->flow[r] != 2)) {
             memcpy(o, y, d * sizeof(float));
-            j->f[r] = 1.0f;
+            j->f[r] = 0.0f;
             continue;
         }
         /* the same arithmetic as the engine's update: sums in double */
@@ -667,9 +681,10 @@ static void upd_fwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_t2mlr_update_forward(float *out, float *f, const float *y, const float *prev, int residual, float clamp,
-                          float eps, int n, int d) {
-    upd_job j = {.out = out, .f = f, .y = y, .prev = prev, .residual = residual, .d = d, .clamp = clamp, .eps = eps};
+void tr_t2mlr_update_forward(float *out, float *f, const float *y, const float *prev, const uint8_t *flow,
+                             int residual, float clamp, float eps, int n, int d) {
+    upd_job j = {.out = out, .f = f, .y = y, .prev = prev, .flow = flow, .residual = residual, .d = d,
+                 .clamp = clamp, .eps = eps};
     tr_par_rows(upd_fwd_rows, &j, n);
 }
 
@@ -678,18 +693,22 @@ static void upd_bwd_rows(void *ctx, int r0, int r1) {
     int d = j->d;
     for (int r = r0; r < r1; r++) {
         const float *g = j->dout + (size_t)r * d;
-        float *dy = j->dy + (size_t)r * d;
-        float f = j->residual ? j->f[r] : 1.0f;
+        float *dy = j->dy + (size_t)r * d, f = j->f[r];
+        if (f == 0.0f) { /* out = y */
+            for (int i = 0; i < d; i++) dy[i] += g[i];
+            continue;
+        }
+        /* out = (y + prev) * f, f constant */
         for (int i = 0; i < d; i++) dy[i] += f * g[i];
-        if (j->residual && j->dprev) {
+        if (j->dprev) {
             float *dp = j->dprev + (size_t)r * d;
             for (int i = 0; i < d; i++) dp[i] += f * g[i];
         }
     }
 }
 
-void tr_t2mlr_update_backward(float *dy, float *dprev, const float *dout, const float *f, int residual, int n, int d) {
-    upd_job j = {.f = (float *)f, .dy = dy, .dprev = dprev, .dout = dout, .residual = residual, .d = d};
+void tr_t2mlr_update_backward(float *dy, float *dprev, const float *dout, const float *f, int n, int d) {
+    upd_job j = {.f = (float *)f, .dy = dy, .dprev = dprev, .dout = dout, .d = d};
     tr_par_rows(upd_bwd_rows, &j, n);
 }
 

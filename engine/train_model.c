@@ -70,6 +70,8 @@ struct latent_trainer {
     int *pos, *qpos;          /* (N) t of row b*T+t; (T) 0..T-1 */
     int32_t *tok, *tgt;       /* (N) inputs and targets of the batch */
     uint8_t *mask;            /* (N) targets scored */
+    uint8_t *flow;            /* (N) control flow of each input, NULL when all are 2 */
+    uint8_t *flow_buf;
 
     /* backward scratch over up to N rows */
     float *dres, *dres2, *tmp, *da, *dq, *dk, *dv, *dO, *hs, *dhs, *dhg, *dhu, *dkl, *dvl, *kvscr, *fscr;
@@ -294,7 +296,8 @@ latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_sha
     t->blks = calloc(n_blks, sizeof *t->blks);
     t->pos = malloc(t->N * sizeof(int)), t->qpos = malloc(t->T * sizeof(int));
     t->tok = malloc(t->N * sizeof(int32_t)), t->tgt = malloc(t->N * sizeof(int32_t)), t->mask = malloc(t->N);
-    if (!t->blks || !t->pos || !t->qpos || !t->tok || !t->tgt || !t->mask) goto oom;
+    t->flow_buf = malloc(t->N);
+    if (!t->blks || !t->pos || !t->qpos || !t->tok || !t->tgt || !t->mask || !t->flow_buf) goto oom;
     for (int i = 0; i < t->N; i++) t->pos[i] = i % t->T;
     for (int i = 0; i < t->T; i++) t->qpos[i] = i;
 
@@ -340,7 +343,7 @@ void latent_trainer_free(latent_trainer *t) {
     free(t->sub_pos), free(t->sub_qpos), free(t->sub_glob), free(t->sub_tok), free(t->sub_tgt), free(t->sub_mask);
     free(t->sub), free(t->hsub), free(t->sub_n);
     free(t->mid), free(t->R);
-    free(t->blks), free(t->pos), free(t->qpos), free(t->tok), free(t->tgt), free(t->mask);
+    free(t->blks), free(t->pos), free(t->qpos), free(t->tok), free(t->tgt), free(t->mask), free(t->flow_buf);
     free(t->slab);
     free(t);
 }
@@ -569,16 +572,16 @@ static double jacobi_step(latent_trainer *t, latent_weights *g) {
     for (int k = 1; k < D; k++) {
         chain *ch = &t->mid[k >= D - G ? k - (D - G) : 0];
         const float *Rp = jacobi_R(t, k - 1);
-        tr_t2mlr_fuse_forward(ch->in, &ch->fuse, X, Rp, fw, N, d);
+        tr_t2mlr_fuse_forward(ch->in, &ch->fuse, X, Rp, fw, t->flow, N, d);
         for (int l = ls; l <= le; l++) blk_forward(t, l, &ch->b[l - ls], ch);
-        tr_t2mlr_update_forward(t->M, ch->f, ch->out, Rp, tc->cache_residual, tc->cache_norm_clamp,
+        tr_t2mlr_update_forward(t->M, ch->f, ch->out, Rp, t->flow, tc->cache_residual, tc->cache_norm_clamp,
                                 tc->cache_norm_eps, N, d);
         tr_shift_right_forward(jacobi_R(t, k), t->M, t->B, t->T, d);
     }
 
     /* 3. final pass: blocks l_start..L-1 on Phi(X, R^(D-1)), loss. */
     chain *F = &t->fin;
-    tr_t2mlr_fuse_forward(F->in, &F->fuse, X, jacobi_R(t, D - 1), fw, N, d);
+    tr_t2mlr_fuse_forward(F->in, &F->fuse, X, jacobi_R(t, D - 1), fw, t->flow, N, d);
     for (int l = ls; l < L; l++) blk_forward(t, l, &F->b[l - ls], F);
     head_forward(t, &t->hfin, F->out, N);
     double loss = head_loss(t, &t->hfin, t->tgt, t->mask, N, 1.0, g != NULL);
@@ -594,7 +597,7 @@ static double jacobi_step(latent_trainer *t, latent_weights *g) {
     int grad_from_A = t->s.jacobi_grad_iters >= D;
 #define R_LIVE(j) ((j) >= 1 ? (j) >= D - G : grad_from_A)
     tr_t2mlr_fuse_backward(t->dX, R_LIVE(D - 1) ? t->dR : NULL, fg, t->dres, &F->fuse, X, jacobi_R(t, D - 1), fw,
-                           t->fscr, N, d);
+                           t->flow, t->fscr, N, d);
     for (int k = D - 1; k >= D - G && k >= 1; k--) {
         chain *ch = &t->mid[k - (D - G)];
         /* R^(k) = shift_right(M) */
@@ -604,10 +607,10 @@ static double jacobi_step(latent_trainer *t, latent_weights *g) {
         int live = R_LIVE(k - 1);
         memset(t->dres, 0, nd * sizeof(float));
         memset(t->dR2, 0, nd * sizeof(float));
-        tr_t2mlr_update_backward(t->dres, live ? t->dR2 : NULL, t->dM, ch->f, tc->cache_residual, N, d);
+        tr_t2mlr_update_backward(t->dres, live ? t->dR2 : NULL, t->dM, ch->f, N, d);
         for (int l = le; l >= ls; l--) blk_backward(t, l, &ch->b[l - ls], ch, g);
         tr_t2mlr_fuse_backward(t->dX, live ? t->dR2 : NULL, fg, t->dres, &ch->fuse, X, jacobi_R(t, k - 1), fw,
-                               t->fscr, N, d);
+                               t->flow, t->fscr, N, d);
         float *sw = t->dR;
         t->dR = t->dR2, t->dR2 = sw;
     }
@@ -838,17 +841,24 @@ static void gate_stats(latent_trainer *t) {
     }
 }
 
-int latent_trainer_step(latent_trainer *t, const int32_t *tokens, const uint8_t *mask, latent_weights *grads,
-                        double *loss, latent_err *err) {
+int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, latent_weights *grads, double *loss,
+                        latent_err *err) {
     int V = t->c->vocab;
-    for (int b = 0; b < t->B; b++)
-        for (int i = 0; i <= t->T; i++) {
-            int32_t id = tokens[(size_t)b * (t->T + 1) + i];
-            if (id < 0 || id >= V) return latent_err_set(err, "train: token id %d is outside the vocabulary (0..%d)", id, V - 1);
-            if (i < t->T) t->tok[b * t->T + i] = id;
-            if (i > 0) t->tgt[b * t->T + i - 1] = id;
+    for (int i = 0; i < t->N; i++) {
+        int32_t a = batch->tokens[i], b = batch->targets[i];
+        if (a < 0 || a >= V || b < 0 || b >= V)
+            return latent_err_set(err, "train: token id %d is outside the vocabulary (0..%d)", a < 0 || a >= V ? a : b,
+                                  V - 1);
+    }
+    memcpy(t->tok, batch->tokens, t->N * sizeof(int32_t));
+    memcpy(t->tgt, batch->targets, t->N * sizeof(int32_t));
+    for (int i = 0; i < t->N; i++) t->mask[i] = batch->mask ? batch->mask[i] != 0 : 1;
+    t->flow = NULL;
+    if (batch->flow)
+        for (int i = 0; i < t->N; i++) {
+            t->flow_buf[i] = batch->flow[i] == 1 ? 1 : 2;
+            if (t->flow_buf[i] != 2) t->flow = t->flow_buf;
         }
-    for (int i = 0; i < t->N; i++) t->mask[i] = mask ? mask[i] != 0 : 1;
     double l;
     switch (t->s.mode) {
     case LATENT_TRAIN_JACOBI: l = jacobi_step(t, grads); break;

@@ -39,13 +39,20 @@ void latent_trainer_free(latent_trainer *t);
 /* Bytes of the activation slab (every pass's saved activations, gradients' scratch). */
 size_t latent_trainer_activation_bytes(const latent_trainer *t);
 
-/* One batch: tokens (B, T+1), row b holding T inputs then the last target;
- * mask (B, T) says which targets are scored (NULL: all). Runs the mode's
- * forward and returns its loss in *loss; when grads is not NULL also runs the
- * backward, ADDING every parameter's gradient into grads (same config as the
- * model; the caller zeroes it). Token ids must be < vocab. */
-int latent_trainer_step(latent_trainer *t, const int32_t *tokens, const uint8_t *mask, latent_weights *grads,
-                        double *loss, latent_err *err);
+/* One batch of B*T rows (row b*T + t): input tokens, their targets, which
+ * targets are scored (mask NULL: all) and each input's control flow (flow
+ * NULL: all 2; models.md §2, used by the Jacobi mode only). */
+typedef struct latent_train_batch {
+    int32_t *tokens, *targets;
+    uint8_t *mask, *flow;
+} latent_train_batch;
+
+/* Runs the mode's forward on one batch and returns its loss in *loss; when
+ * grads is not NULL also runs the backward, ADDING every parameter's
+ * gradient into grads (same config as the model; the caller zeroes it).
+ * Fails (changing nothing) on a token id outside the vocabulary. */
+int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, latent_weights *grads, double *loss,
+                        latent_err *err);
 
 /* The logits (B*T, vocab) of the last forward-only step (grads == NULL):
  * plain and Jacobi: the final pass; LRT: each position's logits from its

@@ -79,10 +79,11 @@ void tr_crossentropy_forward(float *loss, const float *logits, const int32_t *ta
 void tr_crossentropy_softmax_backward(float *logits, float *loss, const int32_t *targets, const uint8_t *mask,
                                       float scale, int n, int V);
 
-/* T2MLR fusion (models.md §2), every row recurrent:
+/* T2MLR fusion (models.md §2) at rows with control flow 2 (flow NULL: all):
  *   u = R W_rec^T, z = [h ; u], sr = sigmoid(z F_rec^T + b_rec), sc = sigmoid(z F_cur^T + b_cur)
  *   out = h + tanh(g_rec) sr * u + tanh(g_cur) sc * h
- * Keeps u (n, d), z (n, 2d), sr, sc (n, d) for the backward. */
+ * and out = h at rows with flow 1. Keeps u (n, d), z (n, 2d), sr, sc (n, d)
+ * for the backward. */
 typedef struct t2mlr_fuse_acts {
     float *u, *z, *sr, *sc;
 } t2mlr_fuse_acts;
@@ -93,18 +94,21 @@ typedef struct t2mlr_fuse_g {
     float *w_rec, *f_rec_w, *f_rec_b, *f_cur_w, *f_cur_b, *gamma_rec, *gamma_cur;
 } t2mlr_fuse_g;
 void tr_t2mlr_fuse_forward(float *out, const t2mlr_fuse_acts *a, const float *h, const float *R, t2mlr_fuse_w w,
-                        int n, int d);
-/* dh += , dR += (dR may be NULL), weight grads into g; scratch (n, 2d) + (n, 2d). */
+                           const uint8_t *flow, int n, int d);
+/* dh += , dR += (dR may be NULL), weight grads into g; scratch (n, 4d). */
 void tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
-                         const float *h, const float *R, t2mlr_fuse_w w, float *scratch, int n, int d);
+                            const float *h, const float *R, t2mlr_fuse_w w, const uint8_t *flow, float *scratch,
+                            int n, int d);
 
-/* T2MLR cache update of every row: residual ? out = (y + prev) * f with
- * f = clamp(1/sqrt(mean((y+prev)^2) + eps), 1/clamp, clamp) (kept in f (n)) :
- * out = y. The factor is a constant in the backward. */
-void tr_t2mlr_update_forward(float *out, float *f, const float *y, const float *prev, int residual, float clamp,
-                          float eps, int n, int d);
-/* dy += f * dout; dprev += f * dout when residual (dprev may be NULL). */
-void tr_t2mlr_update_backward(float *dy, float *dprev, const float *dout, const float *f, int residual, int n, int d);
+/* T2MLR cache update of every row: at flow 2 (flow NULL: all) with
+ * residual, out = (y + prev) * f, f = clamp(1/sqrt(mean((y+prev)^2) + eps),
+ * 1/clamp, clamp) (kept in f (n)); otherwise out = y (f = 0 marks it). The
+ * factor is a constant in the backward. */
+void tr_t2mlr_update_forward(float *out, float *f, const float *y, const float *prev, const uint8_t *flow,
+                             int residual, float clamp, float eps, int n, int d);
+/* dy += f * dout and dprev += f * dout (dprev may be NULL) at rows with a
+ * factor; dy += dout at the others. */
+void tr_t2mlr_update_backward(float *dy, float *dprev, const float *dout, const float *f, int n, int d);
 
 /* Jacobi's shift: out row t of each of B sequences = in row t-1, row 0 = 0. */
 void tr_shift_right_forward(float *out, const float *in, int B, int T, int d);

@@ -306,7 +306,7 @@ static void test_embedding(void) {
 }
 
 /* ---- T2MLR fusion ------------------------------------------------------- */
-typedef struct { input *h, *R, *wr, *fr, *br, *fc, *bc, *gr, *gc; int n, d; } fuse_ctx;
+typedef struct { input *h, *R, *wr, *fr, *br, *fc, *bc, *gr, *gc; const uint8_t *flow; int n, d; } fuse_ctx;
 static double sigm(double x) { return 1 / (1 + exp(-x)); }
 static void fuse_ref(void *c, double *o) {
     fuse_ctx *f = c;
@@ -315,6 +315,10 @@ static void fuse_ref(void *c, double *o) {
     double tr = tanh(f->gr->d[0]), tc = tanh(f->gc->d[0]);
     for (int r = 0; r < f->n; r++) {
         const double *h = f->h->d + r * d, *R = f->R->d + r * d;
+        if (f->flow[r] != 2) { /* not recurrent: out = h */
+            memcpy(o + r * d, h, d * sizeof(double));
+            continue;
+        }
         for (int i = 0; i < d; i++) {
             double s = 0;
             for (int j = 0; j < d; j++) s += R[j] * f->wr->d[i * d + j];
@@ -334,7 +338,8 @@ static void test_fuse(void) {
     input ins[9] = {mk_input("h", n * d, 1), mk_input("R", n * d, 1), mk_input("w_rec", d * d, 0.4f),
                     mk_input("f_rec", d * 2 * d, 0.4f), mk_input("b_rec", d, 0.5f), mk_input("f_cur", d * 2 * d, 0.4f),
                     mk_input("b_cur", d, 0.5f), mk_input("g_rec", 1, 1), mk_input("g_cur", 1, 1)};
-    fuse_ctx c = {&ins[0], &ins[1], &ins[2], &ins[3], &ins[4], &ins[5], &ins[6], &ins[7], &ins[8], n, d};
+    uint8_t flow[7] = {2, 2, 1, 2, 2, 1, 2};
+    fuse_ctx c = {&ins[0], &ins[1], &ins[2], &ins[3], &ins[4], &ins[5], &ins[6], &ins[7], &ins[8], flow, n, d};
     float *u = malloc(n * d * 4), *z = malloc(n * 2 * d * 4), *sr = malloc(n * d * 4), *sc = malloc(n * d * 4);
     float *out = malloc(n * d * 4), *scratch = malloc(n * 4 * d * 4);
     t2mlr_fuse_acts a = {u, z, sr, sc};
@@ -342,19 +347,19 @@ static void test_fuse(void) {
     t2mlr_fuse_g g = {ins[2].g, ins[3].g, ins[4].g, ins[5].g, ins[6].g, ins[7].g, ins[8].g};
     double *proj = mk_proj(n * d);
     float *pf = to_float(proj, n * d);
-    tr_t2mlr_fuse_forward(out, &a, ins[0].f, ins[1].f, w, n, d);
-    tr_t2mlr_fuse_backward(ins[0].g, ins[1].g, g, pf, &a, ins[0].f, ins[1].f, w, scratch, n, d);
+    tr_t2mlr_fuse_forward(out, &a, ins[0].f, ins[1].f, w, flow, n, d);
+    tr_t2mlr_fuse_backward(ins[0].g, ins[1].g, g, pf, &a, ins[0].f, ins[1].f, w, flow, scratch, n, d);
     check_op("t2mlr_fuse", fuse_ref, &c, out, proj, n * d, ins, 9);
     for (int i = 0; i < 9; i++) free_input(&ins[i]);
     free(u), free(z), free(sr), free(sc), free(out), free(scratch), free(proj), free(pf);
 }
 
 /* ---- T2MLR cache update (the rms factor held constant) ------------------ */
-typedef struct { input *y, *p; const double *f; int residual, n, d; } upd_ctx;
+typedef struct { input *y, *p; const double *f; const uint8_t *flow; int residual, n, d; } upd_ctx;
 static void upd_ref(void *c, double *o) {
     upd_ctx *u = c;
     for (int i = 0; i < u->n * u->d; i++)
-        o[i] = u->residual ? (u->y->d[i] + u->p->d[i]) * u->f[i / u->d] : u->y->d[i];
+        o[i] = u->residual && u->flow[i / u->d] == 2 ? (u->y->d[i] + u->p->d[i]) * u->f[i / u->d] : u->y->d[i];
 }
 static void test_update(int residual) {
     int n = 6, d = 10;
@@ -368,12 +373,13 @@ static void test_update(int residual) {
         double f = 1 / sqrt(ss / d + 1e-6);
         fd[r] = f > 5 ? 5 : (f < 0.2 ? 0.2 : f);
     }
-    upd_ctx c = {&ins[0], &ins[1], fd, residual, n, d};
+    uint8_t flow[6] = {2, 2, 2, 1, 2, 2};
+    upd_ctx c = {&ins[0], &ins[1], fd, flow, residual, n, d};
     float *out = malloc(n * d * 4), *f = malloc(n * 4);
     double *proj = mk_proj(n * d);
     float *pf = to_float(proj, n * d);
-    tr_t2mlr_update_forward(out, f, ins[0].f, ins[1].f, residual, 5.0f, 1e-6f, n, d);
-    tr_t2mlr_update_backward(ins[0].g, ins[1].g, pf, f, residual, n, d);
+    tr_t2mlr_update_forward(out, f, ins[0].f, ins[1].f, flow, residual, 5.0f, 1e-6f, n, d);
+    tr_t2mlr_update_backward(ins[0].g, ins[1].g, pf, f, n, d);
     check_op(residual ? "t2mlr_update" : "t2mlr_update(plain)", upd_ref, &c, out, proj, n * d, ins, residual ? 2 : 1);
     if (residual) CHECK(fabs(f[0] - 5.0f) < 1e-6, "clamped factor %g", f[0]);
     for (int i = 0; i < 2; i++) free_input(&ins[i]);

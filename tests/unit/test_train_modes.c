@@ -24,8 +24,22 @@ static void batch_tokens(int32_t *tok, int V, int seed) {
     for (int i = 0; i < B * (T + 1); i++) tok[i] = (i * 7 + seed * 13 + 3) % V;
 }
 
-/* Sequential logits (B*T, V) from the engine, each sequence token by token. */
-static void engine_logits(const latent_model *m, const int32_t *tok, float *out) {
+/* The trainer's batch of tokens (B, T+1): inputs, targets, mask, flow. */
+typedef struct { int32_t in[B * T], tg[B * T]; uint8_t mask[B * T], flow[B * T]; latent_train_batch b; } tbatch;
+static void mk_batch(tbatch *tb, const int32_t *tok, const uint8_t *mask, int n_prompt) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            tb->in[b * T + t] = tok[b * (T + 1) + t];
+            tb->tg[b * T + t] = tok[b * (T + 1) + t + 1];
+            tb->mask[b * T + t] = mask ? mask[b * T + t] : 1;
+            tb->flow[b * T + t] = t < n_prompt ? 1 : 2;
+        }
+    tb->b = (latent_train_batch){tb->in, tb->tg, mask ? tb->mask : NULL, n_prompt ? tb->flow : NULL};
+}
+
+/* Sequential logits (B*T, V) from the engine, each sequence token by token
+ * after a prompt of n_prompt tokens fed as one prompt entry. */
+static void engine_logits_p(const latent_model *m, const int32_t *tok, int n_prompt, float *out) {
     latent_err err;
     latent_kv_pool pool;
     int V = m->cfg.vocab;
@@ -35,8 +49,10 @@ static void engine_logits(const latent_model *m, const int32_t *tok, float *out)
         latent_seq s;
         latent_seq_init(&s, &pool, &m->cfg, &err);
         for (int t = 0; t < T; t++) {
-            latent_batch_entry en = {.seq = &s, .tokens = tok + b * (T + 1) + t, .n_tokens = 1, .prompt = 0,
+            int n = t == 0 && n_prompt ? n_prompt : 1;
+            latent_batch_entry en = {.seq = &s, .tokens = tok + b * (T + 1) + t, .n_tokens = n, .prompt = t < n_prompt,
                                      .logits = LATENT_LOGITS_ALL, .out = out + ((size_t)b * T + t) * V};
+            t += n - 1;
             if (latent_engine_step(e, &en, 1, &err) != 0) {
                 fprintf(stderr, "engine: %s\n", err.msg);
                 abort();
@@ -47,6 +63,8 @@ static void engine_logits(const latent_model *m, const int32_t *tok, float *out)
     latent_engine_free(e);
     latent_kv_pool_free(&pool);
 }
+
+static void engine_logits(const latent_model *m, const int32_t *tok, float *out) { engine_logits_p(m, tok, 0, out); }
 
 /* Mean cross-entropy of logits (B*T, V) against the batch's targets. */
 static double ce_of(const float *logits, const int32_t *tok, int V) {
@@ -74,31 +92,43 @@ static latent_trainer *mk_trainer(const latent_model *m, latent_train_mode mode,
     return t;
 }
 
-static double fwd_logits(const latent_model *m, latent_train_mode mode, int D, int S, const int32_t *tok, float *out) {
+static double fwd_logits_p(const latent_model *m, latent_train_mode mode, int D, int S, const int32_t *tok,
+                           int n_prompt, float *out) {
     latent_trainer *t = mk_trainer(m, mode, D, D, S);
     double loss;
     latent_err err;
-    CHECK(latent_trainer_step(t, tok, NULL, NULL, &loss, &err) == 0, "step: %s", err.msg);
+    tbatch tb;
+    mk_batch(&tb, tok, NULL, n_prompt);
+    CHECK(latent_trainer_step(t, &tb.b, NULL, &loss, &err) == 0, "step: %s", err.msg);
     if (out) latent_trainer_logits(t, out);
     latent_trainer_free(t);
     return loss;
 }
 
+static double fwd_logits(const latent_model *m, latent_train_mode mode, int D, int S, const int32_t *tok, float *out) {
+    return fwd_logits_p(m, mode, D, S, tok, 0, out);
+}
+
 /* LRT's loss also averages in the m = 0 pass's L_0 (§3), so only its logits
  * are compared. */
-static void test_exact(const char *name, const latent_model *m, latent_train_mode mode, int D, int S) {
+static void test_exact_p(const char *name, const latent_model *m, latent_train_mode mode, int D, int S,
+                         int n_prompt) {
     int V = m->cfg.vocab;
     int32_t tok[B * (T + 1)];
     batch_tokens(tok, V, 1);
     size_t sz = (size_t)B * T * V;
     float *ref = malloc(sz * sizeof(float)), *got = malloc(sz * sizeof(float));
-    engine_logits(m, tok, ref);
-    double loss = fwd_logits(m, mode, D, S, tok, got);
+    engine_logits_p(m, tok, n_prompt, ref);
+    double loss = fwd_logits_p(m, mode, D, S, tok, n_prompt, got);
     double e = tu_rel_err(got, ref, sz), lref = ce_of(ref, tok, V);
     CHECK(e < 1e-4, "%s: logits vs sequential engine rel err %g", name, e);
     if (mode != LATENT_TRAIN_LRT) CHECK(fabs(loss - lref) < 1e-5, "%s: loss %.7f vs sequential %.7f", name, loss, lref);
     fprintf(stderr, "%s: logits rel err %.2g, loss %.6f vs sequential %.6f\n", name, e, loss, lref);
     free(ref), free(got);
+}
+
+static void test_exact(const char *name, const latent_model *m, latent_train_mode mode, int D, int S) {
+    test_exact_p(name, m, mode, D, S, 0);
 }
 
 /* Jacobi iteration k makes position k-1 exact: with D iterations the
@@ -146,14 +176,16 @@ static void test_directional(const char *name, latent_model *m, latent_train_mod
     uint8_t mask[B * T];
     batch_tokens(tok, V, 3);
     for (int i = 0; i < B * T; i++) mask[i] = use_mask ? (i % 3 != 0) : 1;
+    tbatch tb;
+    mk_batch(&tb, tok, use_mask ? mask : NULL, use_mask ? 3 : 0); /* masked runs also have a 3-token prompt */
     latent_trainer *t = mk_trainer(m, mode, D, K, S);
     latent_weights g, g2;
     latent_err err;
     latent_weights_alloc(&g, &m->cfg, &err);
     latent_weights_alloc(&g2, &m->cfg, &err);
     double loss, loss2;
-    latent_trainer_step(t, tok, use_mask ? mask : NULL, &g, &loss, &err);
-    latent_trainer_step(t, tok, use_mask ? mask : NULL, &g2, &loss2, &err);
+    latent_trainer_step(t, &tb.b, &g, &loss, &err);
+    latent_trainer_step(t, &tb.b, &g2, &loss2, &err);
     CHECK(loss == loss2 && memcmp(g.slab, g2.slab, g.slab_floats * sizeof(float)) == 0,
           "%s: two identical steps differ", name);
     float *v = malloc(m->w.slab_floats * sizeof(float)), *w0 = malloc(m->w.slab_floats * sizeof(float));
@@ -163,9 +195,9 @@ static void test_directional(const char *name, latent_model *m, latent_train_mod
     for (int64_t i = 0; i < m->w.slab_floats; i++) v[i] = tm_normal(), dot += (double)v[i] * g.slab[i];
     double lp, lm;
     for (int64_t i = 0; i < m->w.slab_floats; i++) m->w.slab[i] = w0[i] + (float)h * v[i];
-    latent_trainer_step(t, tok, use_mask ? mask : NULL, NULL, &lp, &err);
+    latent_trainer_step(t, &tb.b, NULL, &lp, &err);
     for (int64_t i = 0; i < m->w.slab_floats; i++) m->w.slab[i] = w0[i] - (float)h * v[i];
-    latent_trainer_step(t, tok, use_mask ? mask : NULL, NULL, &lm, &err);
+    latent_trainer_step(t, &tb.b, NULL, &lm, &err);
     memcpy(m->w.slab, w0, m->w.slab_floats * sizeof(float));
     double fd = (lp - lm) / (2 * h);
     fprintf(stderr, "%s: loss %.6f, <grad, v> %.6f, finite difference %.6f\n", name, loss, dot, fd);
@@ -179,7 +211,7 @@ static void test_directional(const char *name, latent_model *m, latent_train_mod
 int main(void) {
     latent_set_threads(2);
     latent_config base = tm_config(32, 4, 4, 2, 48, 40);
-    latent_model plain, t2, t2b, t2c, t2nr, lrt, lrt_fin, lrt_sh;
+    latent_model plain, t2, t2b, t2c, t2nr, t2p, lrt, lrt_fin, lrt_sh;
     tm_model(&plain, base, 3, 0);
     tm_model(&t2, tm_t2mlr(base, 1, 2, 1), 3, 0);
     tm_model(&t2b, tm_t2mlr(base, 0, 3, 1), 4, 0);
@@ -191,6 +223,7 @@ int main(void) {
     latent_config nr = tm_t2mlr(base, 1, 2, 1);
     nr.t2mlr.cache_residual = 0;
     tm_model(&t2nr, nr, 5, 0);
+    tm_model(&t2p, tm_t2mlr(base, 1, 2, 0), 3, 0);
     tm_model(&lrt, tm_lrt(base, 2, 0, 3, 0), 3, 0);
     tm_model(&lrt_fin, tm_lrt(base, -1, 1, 2, 1), 5, 0);
     latent_config lc = tm_lrt(base, 1, 2, 3, 0);
@@ -201,6 +234,7 @@ int main(void) {
     test_exact("t2mlr jacobi D=T", &t2, LATENT_TRAIN_JACOBI, T, 1);
     test_exact("t2mlr(0..3) jacobi D=T+2", &t2b, LATENT_TRAIN_JACOBI, T + 2, 1);
     test_exact("t2mlr(no cache residual) jacobi D=T", &t2nr, LATENT_TRAIN_JACOBI, T, 1);
+    test_exact_p("t2mlr(prompt not recurrent) jacobi D=T", &t2p, LATENT_TRAIN_JACOBI, T, 1, 3);
     test_exact("lrt S=T", &lrt, LATENT_TRAIN_LRT, 1, T);
     test_exact("lrt(final norm source) S=T", &lrt_fin, LATENT_TRAIN_LRT, 1, T);
     test_exact("lrt(kv only, source below) S=T", &lrt_sh, LATENT_TRAIN_LRT, 1, T);
@@ -219,7 +253,7 @@ int main(void) {
     test_directional("lrt(final norm, shared) S=2", &lrt_fin, LATENT_TRAIN_LRT, 1, 1, 2, 0);
     test_directional("lrt(kv only) S=T", &lrt_sh, LATENT_TRAIN_LRT, 1, 1, T, 0);
 
-    latent_model *ms[] = {&plain, &t2, &t2b, &t2c, &t2nr, &lrt, &lrt_fin, &lrt_sh};
-    for (int i = 0; i < 8; i++) latent_weights_free(&ms[i]->w);
+    latent_model *ms[] = {&plain, &t2, &t2b, &t2c, &t2nr, &t2p, &lrt, &lrt_fin, &lrt_sh};
+    for (int i = 0; i < 9; i++) latent_weights_free(&ms[i]->w);
     return tu_finish("test_train_modes");
 }
