@@ -17,8 +17,10 @@ int attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx) {
     int threads = latent_get_threads();
     if (ctx <= s->ctx && threads <= s->threads) return 0;
     if (ctx < s->ctx) ctx = s->ctx;
-    /* gathered K and V of one kv head, plus a block of scores */
-    size_t per = (size_t)2 * ctx * c->head_dim + (size_t)BLOCK_ROWS * ctx;
+    /* gathered K and V of one kv head, plus a block of scores (BLOCK_ROWS
+     * rows for a run, or one row for every q head of a group) */
+    int group = c->n_heads / c->n_kv_heads;
+    size_t per = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
     float *buf = malloc(per * threads * sizeof(float));
     if (!buf) return -1;
     free(s->buf);
@@ -60,7 +62,8 @@ static inline void axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-/* Rows one at a time, reading k, v straight from the pages. */
+/* Rows one at a time, reading k, v straight from the pages: each key and
+ * value row is loaded once for every q head of its group. */
 static void item_rows(const attn_job *j, const attn_item *it, float *scores) {
     const latent_config *c = j->c;
     int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
@@ -69,15 +72,18 @@ static void item_rows(const attn_job *j, const attn_item *it, float *scores) {
         const latent_seq *s = j->rows[r].seq;
         const latent_kv_pool *pool = s->pool;
         int P = pool->page_tokens, len = j->rows[r].pos + 1;
-        for (int h = it->kvh * group; h < (it->kvh + 1) * group; h++) {
-            const float *qh = j->q + (size_t)r * qd + (size_t)h * hd;
-            for (int t = 0; t < len; t++)
-                scores[t] = dot(qh, latent_kv_row(pool, pool->k, s->pages[t / P], j->layer, t % P) + it->kvh * hd, hd) * scale;
-            softmax_forward(scores, len);
-            float *out = j->att + (size_t)r * qd + (size_t)h * hd;
-            memset(out, 0, hd * sizeof(float));
-            for (int t = 0; t < len; t++)
-                axpy(out, scores[t], latent_kv_row(pool, pool->v, s->pages[t / P], j->layer, t % P) + it->kvh * hd, hd);
+        const float *q0 = j->q + (size_t)r * qd + (size_t)it->kvh * group * hd;
+        /* scores (group, len) */
+        for (int t = 0; t < len; t++) {
+            const float *kt = latent_kv_row(pool, pool->k, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
+            for (int g = 0; g < group; g++) scores[(size_t)g * len + t] = dot(q0 + (size_t)g * hd, kt, hd) * scale;
+        }
+        for (int g = 0; g < group; g++) softmax_forward(scores + (size_t)g * len, len);
+        float *out0 = j->att + (size_t)r * qd + (size_t)it->kvh * group * hd;
+        memset(out0, 0, (size_t)group * hd * sizeof(float));
+        for (int t = 0; t < len; t++) {
+            const float *vt = latent_kv_row(pool, pool->v, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
+            for (int g = 0; g < group; g++) axpy(out0 + (size_t)g * hd, scores[(size_t)g * len + t], vt, hd);
         }
     }
 }
