@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -177,7 +178,12 @@ static int ml_fill(latent_model *m, const ml_sources *s, latent_err *err) {
             return latent_err_set(err, "%s: tensor \"%s\": expected shape %s, found %s", f->path,
                                   p->name, want, got);
         }
-        st_to_f32(*p->slot, t->data, t->dtype, (size_t)p->numel);
+        if (t->dtype == ST_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
+            /* Already the compute type: use it in place from the mapping. */
+            *p->slot = (float *)t->data;
+        } else {
+            st_to_f32(*p->slot, t->data, t->dtype, (size_t)p->numel);
+        }
     }
     /* Tensors the table does not have: ignored (HF ships e.g. a tied
      * lm_head.weight or rotary inv_freq buffers), unless they belong to a
@@ -211,7 +217,15 @@ int latent_model_load(latent_model *m, const char *dir, latent_err *err) {
     if (latent_weights_alloc(&m->w, &m->cfg, err) < 0) goto out;
     if (ml_open_sources(&src, dir, err) < 0) goto out;
     if (ml_fill(m, &src, err) < 0) goto out;
-    ml_sources_free(&src);
+    latent_weights_link(&m->w, &m->cfg);
+    /* F32 tensors point into the mappings: they live as long as the model. */
+    m->mapped = malloc(sizeof src);
+    if (!m->mapped) {
+        latent_err_set(err, "%s: out of memory", dir);
+        goto out;
+    }
+    memcpy(m->mapped, &src, sizeof src);
+    memset(&src, 0, sizeof src);
     if (ml_is_file(tok_path)) {
         m->tok = latent_tokenizer_load(tok_path, err);
         if (!m->tok) goto out;
@@ -236,6 +250,10 @@ void latent_model_free(latent_model *m) {
     if (!m) return;
     if (m->tok) latent_tokenizer_free(m->tok);
     latent_weights_free(&m->w);
+    if (m->mapped) {
+        ml_sources_free(m->mapped);
+        free(m->mapped);
+    }
     free(m->dir);
     memset(m, 0, sizeof *m);
 }

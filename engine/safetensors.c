@@ -217,7 +217,9 @@ int st_file_open(st_file *f, const char *path, latent_err *err) {
         close(fd);
         goto fail;
     }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    /* Private and writable: tensors used in place stay copy-on-write, so a
+     * trainer may update them without touching the file. */
+    void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
         latent_err_set(err, "%s: mmap failed: %s", path, strerror(errno));

@@ -114,27 +114,28 @@ int latent_weights_alloc(latent_weights *w, const latent_config *cfg, latent_err
     }
     size_t bytes = (size_t)b.off * sizeof(float);
     if (bytes == 0) bytes = 64;
-    w->slab = aligned_alloc(64, bytes); /* bytes is a multiple of 64 */
-    if (!w->slab) {
+    /* An anonymous mapping: zero pages that cost nothing until written, so a
+     * loader that uses F32 tensors in place from the file never touches the
+     * slab's share for them. Page-aligned, hence 64-byte aligned. */
+    void *slab = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (slab == MAP_FAILED) {
         latent_weights_free(w);
         return latent_err_set(err, "weights: cannot allocate %.1f MiB for the weights",
                               (double)bytes / (1 << 20));
     }
-    /* Big slabs: ask for transparent huge pages before the first touch, which
-     * cuts page faults 512-fold (loading 135M params is fault-bound otherwise). */
-    long page = sysconf(_SC_PAGESIZE);
-    if (page > 0 && bytes >= ((size_t)4 << 20)) {
-        uintptr_t lo = ((uintptr_t)w->slab + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-        uintptr_t hi = ((uintptr_t)w->slab + bytes) & ~((uintptr_t)page - 1);
-        if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE); /* advice only */
-    }
-    memset(w->slab, 0, bytes);
+    w->slab = slab;
+    w->slab_bytes = bytes;
     w->slab_floats = b.off;
     int64_t off = 0;
     for (int i = 0; i < w->n_params; i++) {
         *w->params[i].slot = w->slab + off;
         off += (w->params[i].numel + W_ALIGN_FLOATS - 1) / W_ALIGN_FLOATS * W_ALIGN_FLOATS;
     }
+    latent_weights_link(w, cfg);
+    return 0;
+}
+
+void latent_weights_link(latent_weights *w, const latent_config *cfg) {
     if (cfg->tie_embeddings) w->lm_head = w->embed;
     if (cfg->rec == LATENT_REC_LRT && cfg->lrt.kv_injection && cfg->lrt.shared_kv_projection) {
         for (int i = cfg->lrt.inject_start; i <= cfg->lrt.inject_end; i++) {
@@ -142,12 +143,11 @@ int latent_weights_alloc(latent_weights *w, const latent_config *cfg, latent_err
             w->layers[i].lrt_v = w->lrt_shared_v;
         }
     }
-    return 0;
 }
 
 void latent_weights_free(latent_weights *w) {
     if (!w) return;
-    free(w->slab);
+    if (w->slab) munmap(w->slab, w->slab_bytes);
     free(w->layers);
     free(w->params);
     memset(w, 0, sizeof *w);

@@ -54,8 +54,10 @@ typedef struct latent_weights {
     latent_t2mlr_weights t2mlr;
     float *lrt_shared_k, *lrt_shared_v; /* (kv_dim, d) when shared_kv_projection */
     latent_param *params; int n_params;  /* every stored tensor, in file order */
-    float *slab;        /* one allocation backing every pointer above */
+    float *slab;        /* one anonymous mapping backing every pointer above, except
+                           tensors a loader uses in place from a file mapping */
     int64_t slab_floats;
+    size_t slab_bytes;
 } latent_weights;
 
 typedef struct latent_model {
@@ -63,6 +65,8 @@ typedef struct latent_model {
     latent_config cfg;
     latent_weights w;
     struct latent_tokenizer *tok;  /* NULL when the directory has no tokenizer.json */
+    void *mapped;       /* the safetensors mappings F32 tensors are used from in
+                           place (copy-on-write); owned, released by latent_model_free */
 } latent_model;
 
 /* Builds the parameter table for cfg and allocates one zeroed slab behind it.
@@ -70,6 +74,8 @@ typedef struct latent_model {
  * was allocated (do not copy the struct by value and use the copy). */
 int latent_weights_alloc(latent_weights *w, const latent_config *cfg, latent_err *err);
 void latent_weights_free(latent_weights *w);
+/* Re-derives the aliases (tied LM head, shared LRT projections) after slots move. */
+void latent_weights_link(latent_weights *w, const latent_config *cfg);
 const latent_param *latent_weights_find(const latent_weights *w, const char *name);
 
 /* Loads config.json, the safetensors (single or sharded via the index json),

@@ -96,6 +96,7 @@ static void write_model(const char *dir, const latent_config *cfg, latent_weight
 }
 
 /* Every param of `ref` equals the loaded one (bf16-rounded when bf16). */
+/* `bf16`: 1 for a BF16 file, 0 for F32, -1 for F16 (exact values, converted). */
 static void compare_weights(const latent_weights *ref, const latent_weights *got, int bf16,
                             const char *what) {
     CHECK(ref->n_params == got->n_params, "%s: %d vs %d params", what, ref->n_params, got->n_params);
@@ -107,11 +108,15 @@ static void compare_weights(const latent_weights *ref, const latent_weights *got
         CHECK(q->numel == p->numel, "%s: %s numel", what, p->name);
         int64_t bad = 0;
         for (int64_t j = 0; j < p->numel; j++) {
-            float want = bf16 ? bf16_round((*p->slot)[j]) : (*p->slot)[j];
+            float want = bf16 == 1 ? bf16_round((*p->slot)[j]) : (*p->slot)[j];
             if ((*q->slot)[j] != want) bad++;
         }
         CHECK(bad == 0, "%s: %s: %lld values differ", what, p->name, (long long)bad);
-        CHECK(((uintptr_t)*q->slot & 63) == 0, "%s: %s not 64-byte aligned", what, p->name);
+        CHECK(((uintptr_t)*q->slot & 3) == 0, "%s: %s not float-aligned", what, p->name);
+        /* F32 tensors are used in place from the file mapping, not copied. */
+        int in_slab = *q->slot >= got->slab && *q->slot < got->slab + got->slab_floats;
+        if (bf16 == 0) CHECK(!in_slab, "%s: %s was copied instead of mapped", what, p->name);
+        if (bf16 != 0) CHECK(in_slab, "%s: %s was not converted into the slab", what, p->name);
     }
 }
 
@@ -451,7 +456,7 @@ static void test_f16(void) {
     int rc = latent_model_load(&m, dir, &e);
     CHECK(rc == 0, "f16 model: %s", e.msg);
     if (rc == 0) {
-        compare_weights(&w, &m.w, 0, "f16 model");
+        compare_weights(&w, &m.w, -1, "f16 model");
         latent_model_free(&m);
     }
     free(blob);
