@@ -121,3 +121,8 @@ clean:
 	rm -rf build
 
 -include $(shell find build -name '*.d' 2>/dev/null)
+
+# Training step speed on the standard small model (docs/training.md).
+.PHONY: bench-train
+bench-train: $(BUILD)/latent
+	$(BUILD)/latent train --bench

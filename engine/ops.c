@@ -82,10 +82,39 @@ static void linear_task(void *ctx, int task) {
     }
 }
 
+typedef struct {
+    float *const *outs;
+    const latent_linear *const *ls;
+    int n_ls, slices;           /* each matrix cut into `slices` row ranges */
+    const float *x;
+} gemv_job;
+
+static void gemv_task(void *ctx, int task) {
+    const gemv_job *j = ctx;
+    const latent_linear *l = j->ls[task / j->slices];
+    int part = task % j->slices;
+    int chunk = ((l->out_dim + j->slices - 1) / j->slices + 15) / 16 * 16;
+    int r0 = part * chunk, r1 = r0 + chunk < l->out_dim ? r0 + chunk : l->out_dim;
+    if (r0 >= r1) return;
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, r1 - r0, l->in_dim, 1.0f, l->w + (size_t)r0 * l->in_dim, l->in_dim,
+                j->x, 1, 0.0f, j->outs[task / j->slices] + r0, 1);
+}
+
+/* Single-row products of several matrices in one parallel section. */
+static void gemv_multi(float *const *outs, const latent_linear *const *ls, int n_ls, const float *x) {
+    int threads = latent_get_threads();
+    gemv_job j = {outs, ls, n_ls, threads, x};
+    latent_parallel_for(gemv_task, &j, n_ls * threads);
+}
+
 void linear_forward_multi(float *const *outs, const latent_linear *const *ls, int n_ls, const float *x, int n) {
     /* One row is bound by reading the weights: BLAS' sgemv on the original
      * layout streams them faster than the packed kernel does. */
-    if (!ls[0]->packed || n == 1) {
+    if (n == 1) {
+        gemv_multi(outs, ls, n_ls, x);
+        return;
+    }
+    if (!ls[0]->packed) {
         for (int i = 0; i < n_ls; i++) matmul_forward(outs[i], x, ls[i]->w, n, ls[i]->in_dim, ls[i]->out_dim);
         return;
     }

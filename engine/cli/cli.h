@@ -11,6 +11,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_init(int argc, char **argv);
 int cmd_retrofit(int argc, char **argv);
 int cmd_tokenize_file(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 

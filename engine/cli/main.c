@@ -19,6 +19,7 @@ static const struct {
     {"init", cmd_init, "create a model directory with initial weights from a config"},
     {"retrofit", cmd_retrofit, "add a T2MLR or LRT path to a trained model, logits unchanged"},
     {"tokenize-file", cmd_tokenize_file, "encode a text file into a training token file (uint32 ids)"},
+    {"train", cmd_train, "train a model on token files (plain, T2MLR Jacobi, LRT interleaved); --bench"},
     {"data", cmd_data, "write training files for the synthetic tasks (group, S5 retrieval, variables)"},
     {"eval", cmd_eval, "accuracy of a model on a synthetic task file, by position or depth"},
 };

@@ -97,26 +97,33 @@ double latent_grad_norm(const latent_weights *g, const uint8_t *frozen);
 /* Clips (when enabled) and applies one update to w; returns the lr used. */
 double latent_optim_step(latent_optim *opt, latent_weights *w, latent_weights *g, double grad_norm);
 
-/* ---- token files (models.md §5) ----------------------------------------- */
+/* ---- token files (models.md §5; docs/training.md "Data files") --------- */
 
 typedef struct latent_tokens {
     char *path;
-    const uint32_t *ids; int64_t n;   /* the mapped file */
-    const uint8_t *mask;              /* FILE.mask beside FILE.bin when present: 1 byte per token, 1 = scored */
-    void *map, *mask_map;
-    size_t map_len, mask_len;
+    const uint32_t *ids; int64_t n;   /* NAME.bin, mapped */
+    const uint32_t *labels;           /* NAME.labels: targets in place of ids, or NULL */
+    const uint8_t *mask;              /* NAME.mask: 1 = token i is a scored target, or NULL (all) */
+    const uint8_t *flow;              /* NAME.flow: control flow of token i as an input, or NULL (all 2) */
+    void *maps[4];
+    size_t lens[4];
 } latent_tokens;
 
-/* Maps FILE.bin (and FILE.mask if it exists); checks ids < vocab and the
- * size (a whole number of uint32, more than T + 1 tokens). */
+/* Maps NAME.bin and whichever of NAME.labels, .mask, .flow exist beside it;
+ * checks their sizes (one entry per token), ids and labels < vocab, flows 1
+ * or 2, and that there are more than T + 1 tokens. */
 int latent_tokens_open(latent_tokens *f, const char *path, int vocab, int seq, latent_err *err);
-void latent_tokens_close(latent_tokens *f);
-/* Fills the batch of step s: tokens (B, T+1), mask (B, T) of its targets.
- * shuffle == 0: row b starts at ((s*B + b) * T) mod (n - T - 1) (§5);
- * otherwise windows of T+1 tokens at multiples of T, visited in a seeded
- * random order per epoch. */
+void latent_tokens_close(latent_tokens *f);   /* accepts a zeroed struct */
+/* Row b of step s (0-based) reads the window at offset o: inputs ids[o..o+T-1],
+ * targets labels-or-ids[o+1..o+T], mask[o+1..o+T], flow[o..o+T-1]. Without
+ * shuffling o = ((s*B + b) * T) mod (n - T - 1) (§5). With shuffling the
+ * windows at multiples of T are visited in a seeded random order, a new
+ * order each epoch (every window once per epoch). Fills the batch's four
+ * arrays (B*T entries each; mask 1 and flow 2 where the file has none). */
 void latent_tokens_batch(const latent_tokens *f, int64_t s, int B, int T, int shuffle, uint64_t seed,
-                         int32_t *tokens, uint8_t *mask);
+                         latent_train_batch *out);
+/* The window offset of row b of step s (what latent_tokens_batch reads). */
+int64_t latent_tokens_offset(const latent_tokens *f, int64_t s, int b, int B, int T, int shuffle, uint64_t seed);
 
 /* ---- checkpoints -------------------------------------------------------- */
 

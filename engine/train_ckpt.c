@@ -1,0 +1,293 @@
+/* Checkpoints: complete model directories plus the optimizer's moments and
+ * the trainer's state, committed by renames so a crash at any moment leaves
+ * the previous checkpoint whole (train.h).
+ *
+ *   OUT/step-00000100/   config.json, model.safetensors (F32), tokenizer
+ *                        files, optimizer.safetensors (AdamW moments, F32,
+ *                        named exp_avg.<param> / exp_avg_sq.<param>),
+ *                        trainer.json
+ *   OUT/latest -> step-00000100
+ *
+ * Order of a save: the model directory is written into OUT/.step-N.staging
+ * (itself built in a temporary sibling and renamed), the optimizer state and
+ * trainer.json are added (each temp + fsync + rename), the staging directory
+ * is fsynced and renamed to step-N, OUT is fsynced, then `latest` is
+ * replaced by renaming a fresh symlink over it and OUT is fsynced again. */
+#include "latent/train.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "latent/model_init.h"
+#include "latent/safetensors.h"
+
+static char *join(const char *a, const char *b) {
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%s/%s", a, b);
+    return s;
+}
+
+static int fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Removes a checkpoint directory (flat: files only) and the directory. */
+static void remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char *p = join(dir, e->d_name);
+            if (p) unlink(p);
+            free(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* Test hook: LATENT_TRAIN_CRASH="STEP:POINT" kills the process with SIGKILL
+ * at POINT (model, optimizer, rename, latest) of the save of step STEP, as a
+ * power cut would. */
+static void crash_point(int64_t step, const char *point) {
+    const char *v = getenv("LATENT_TRAIN_CRASH");
+    if (!v) return;
+    char *colon;
+    long long s = strtoll(v, &colon, 10);
+    if (*colon == ':' && s == step && !strcmp(colon + 1, point)) raise(SIGKILL);
+}
+
+/* Writes text to path atomically: temp file, fsync, rename. */
+static int write_text_atomic(const char *path, const char *text, latent_err *err) {
+    size_t n = strlen(path) + 8;
+    char *tmp = malloc(n);
+    if (!tmp) return latent_err_set(err, "%s: out of memory", path);
+    snprintf(tmp, n, "%s.tmp", path);
+    int rc = -1;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        latent_err_set(err, "%s: cannot create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    size_t len = strlen(text);
+    int ok = fwrite(text, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) {
+        latent_err_set(err, "%s: write failed: %s", tmp, strerror(errno));
+        unlink(tmp);
+        goto done;
+    }
+    if (rename(tmp, path) != 0) {
+        latent_err_set(err, "%s: cannot rename: %s", tmp, strerror(errno));
+        unlink(tmp);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(tmp);
+    return rc;
+}
+
+static int save_optimizer(const char *dir, const latent_optim *opt, latent_err *err) {
+    if (!opt->o.adamw) return 0;
+    const latent_weights *m = &opt->m;
+    int n = m->n_params;
+    char *path = join(dir, "optimizer.safetensors");
+    char **names = calloc(2 * n, sizeof *names);
+    const float **data = calloc(2 * n, sizeof *data);
+    int *ndims = calloc(2 * n, sizeof *ndims);
+    int64_t(*shapes)[ST_MAX_DIMS] = calloc(2 * n, sizeof *shapes);
+    int rc = -1;
+    if (!path || !names || !data || !ndims || !shapes) {
+        latent_err_set(err, "%s: out of memory", dir);
+        goto done;
+    }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < n; i++) {
+            const latent_param *p = &(k ? &opt->v : m)->params[i];
+            size_t len = strlen(p->name) + 16;
+            if (!(names[k * n + i] = malloc(len))) {
+                latent_err_set(err, "%s: out of memory", dir);
+                goto done;
+            }
+            snprintf(names[k * n + i], len, "%s.%s", k ? "exp_avg_sq" : "exp_avg", p->name);
+            data[k * n + i] = *p->slot;
+            ndims[k * n + i] = p->ndim;
+            shapes[k * n + i][0] = p->shape[0];
+            shapes[k * n + i][1] = p->shape[1];
+        }
+    rc = st_write(path, 2 * n, (const char *const *)names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, ST_F32,
+                  err);
+done:
+    if (names)
+        for (int i = 0; i < 2 * n; i++) free(names[i]);
+    free(names), free(data), free(ndims), free(shapes), free(path);
+    return rc;
+}
+
+int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim *opt, const latent_train_state *st,
+                     const char *tok_dir, int keep, latent_err *err) {
+    char name[64], staging_name[80];
+    snprintf(name, sizeof name, "step-%08lld", (long long)st->step);
+    snprintf(staging_name, sizeof staging_name, ".%s.staging", name);
+    char *staging = join(out, staging_name), *final = join(out, name), *file = NULL;
+    char *link_tmp = join(out, ".latest.tmp"), *link = join(out, "latest");
+    int rc = -1;
+    if (!staging || !final || !link_tmp || !link) {
+        latent_err_set(err, "%s: out of memory", out);
+        goto done;
+    }
+    remove_flat_dir(staging); /* a crashed save's leftover */
+    if (latent_model_dir_write(staging, &m->cfg, &m->w, 0, tok_dir, 1, err) != 0) goto done;
+    crash_point(st->step, "model");
+    if (save_optimizer(staging, opt, err) != 0) goto done;
+    crash_point(st->step, "optimizer");
+    json_t *j = json_pack("{s:I, s:I, s:f, s:s}", "step", (json_int_t)st->step, "seed", (json_int_t)st->seed,
+                          "loss", st->last_loss, "optimizer", opt->o.adamw ? "adamw" : "sgd");
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(j);
+    if (!text || !(file = join(staging, "trainer.json"))) {
+        free(text);
+        latent_err_set(err, "%s: out of memory", out);
+        goto done;
+    }
+    int w = write_text_atomic(file, text, err);
+    free(text);
+    if (w != 0) goto done;
+    if (fsync_dir(staging) != 0) {
+        latent_err_set(err, "%s: fsync failed: %s", staging, strerror(errno));
+        goto done;
+    }
+    crash_point(st->step, "rename");
+    /* a step directory of the same number from before a resume is stale */
+    char target[PATH_MAX];
+    ssize_t tl = readlink(link, target, sizeof target - 1);
+    if (tl > 0) target[tl] = 0;
+    if (access(final, F_OK) == 0) {
+        if (tl > 0 && !strcmp(target, name)) {
+            latent_err_set(err, "%s: is the latest checkpoint already", final);
+            goto done;
+        }
+        remove_flat_dir(final);
+    }
+    if (rename(staging, final) != 0) {
+        latent_err_set(err, "%s: cannot rename to %s: %s", staging, final, strerror(errno));
+        goto done;
+    }
+    if (fsync_dir(out) != 0) {
+        latent_err_set(err, "%s: fsync failed: %s", out, strerror(errno));
+        goto done;
+    }
+    crash_point(st->step, "latest");
+    unlink(link_tmp);
+    if (symlink(name, link_tmp) != 0 || rename(link_tmp, link) != 0) {
+        latent_err_set(err, "%s: cannot point at %s: %s", link, name, strerror(errno));
+        goto done;
+    }
+    if (fsync_dir(out) != 0) {
+        latent_err_set(err, "%s: fsync failed: %s", out, strerror(errno));
+        goto done;
+    }
+    rc = 0;
+    /* keep the newest `keep` checkpoints (by step number) */
+    if (keep > 0) {
+        DIR *d = opendir(out);
+        long long *steps = NULL;
+        int n = 0, cap = 0;
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            long long s;
+            char tail;
+            if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
+            if (n == cap) {
+                long long *ns = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *ns);
+                if (!ns) break;
+                steps = ns;
+            }
+            steps[n++] = s;
+        }
+        if (d) closedir(d);
+        for (int i = 0; i < n; i++) {
+            int newer = 0;
+            for (int k = 0; k < n; k++) newer += steps[k] > steps[i];
+            if (newer < keep || steps[i] == st->step) continue;
+            char old[64];
+            snprintf(old, sizeof old, "step-%08lld", steps[i]);
+            char *p = join(out, old);
+            if (p) remove_flat_dir(p);
+            free(p);
+        }
+        free(steps);
+    }
+done:
+    free(staging), free(final), free(file), free(link_tmp), free(link);
+    return rc;
+}
+
+int latent_ckpt_load_state(const char *dir, latent_optim *opt, latent_train_state *st, latent_err *err) {
+    char *path = join(dir, "trainer.json");
+    if (!path) return latent_err_set(err, "%s: out of memory", dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) {
+        latent_err_set(err, "%s: %s (line %d)", path, je.text, je.line);
+        free(path);
+        return -1;
+    }
+    json_t *step = json_object_get(j, "step"), *seed = json_object_get(j, "seed"), *loss = json_object_get(j, "loss");
+    const char *o = json_string_value(json_object_get(j, "optimizer"));
+    if (!json_is_integer(step) || !json_is_integer(seed) || !o) {
+        latent_err_set(err, "%s: needs integer step and seed and an optimizer name", path);
+        json_decref(j);
+        free(path);
+        return -1;
+    }
+    st->step = json_integer_value(step);
+    st->seed = (uint64_t)json_integer_value(seed);
+    st->last_loss = json_number_value(loss);
+    int adamw = !strcmp(o, "adamw");
+    json_decref(j);
+    free(path);
+    if (adamw != opt->o.adamw)
+        return latent_err_set(err, "%s: checkpoint was trained with %s; resume with --optimizer %s", dir, o, o);
+    opt->step = st->step;
+    if (!adamw) return 0;
+    path = join(dir, "optimizer.safetensors");
+    st_file f;
+    if (!path || st_file_open(&f, path, err) != 0) {
+        free(path);
+        return -1;
+    }
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        latent_weights *w = k ? &opt->v : &opt->m;
+        for (int i = 0; i < w->n_params; i++) {
+            char name[128];
+            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", w->params[i].name);
+            const st_tensor *t = st_file_find(&f, name);
+            if (!t || t->dtype != ST_F32 || t->nbytes != (size_t)w->params[i].numel * 4) {
+                rc = latent_err_set(err, "%s: tensor %s is %s", path, name, t ? "of the wrong type or size" : "missing");
+                break;
+            }
+            st_to_f32(*w->params[i].slot, t->data, t->dtype, (size_t)w->params[i].numel);
+        }
+    }
+    st_file_close(&f);
+    free(path);
+    return rc;
+}
