@@ -44,9 +44,9 @@ ENGINE_LIB := $(BUILD)/libengine.a
 DEPS_STAMP := build/.deps-$(shell echo $(DEB_BUILD) | md5sum | cut -c1-8)
 TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 
-.PHONY: all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench
+.PHONY: all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz
 
-all: $(BUILD)/latent $(UNIT_BIN)
+all: $(BUILD)/latent $(UNIT_BIN) $(BUILD)/latentd
 
 # Installs missing Debian packages when run as root; otherwise names the command.
 define ensure_debs
@@ -109,6 +109,32 @@ test: all | $(TEST_STAMP)
 	@$(MAKE) --no-print-directory SANITIZER=address unit
 	@$(MAKE) --no-print-directory SANITIZER=undefined unit
 	@tests/run_tests.sh all $(BUILD)
+
+# ---- the daemon (latentd), its load client (latent-bench), the request fuzzer ----
+SERVER_SRC  := $(wildcard server/*.c)
+SERVER_OBJ  := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
+CFLAGS_SERVER = $(shell pkg-config --cflags libmicrohttpd libuv jansson 2>/dev/null)
+LIBS_SERVER   = $(shell pkg-config --libs libmicrohttpd libuv jansson 2>/dev/null)
+LIBS_BENCH    = $(shell pkg-config --libs libcurl 2>/dev/null) -lm -lpthread
+FUZZ_SRC    := tests/fuzz/fuzz_request.c server/openai_request.c server/chat_template.c server/errors.c \
+               server/buf.c server/textstream.c engine/sampler.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
+
+$(BUILD)/obj/server/%.o: server/%.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(CFLAGS_SERVER) -c $< -o $@
+
+$(BUILD)/latentd: $(SERVER_OBJ) $(ENGINE_LIB)
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_SERVER) $(LIBS_ENGINE)
+
+$(BUILD)/latent-bench: $(BUILD)/obj/clients/latent-bench.o
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_BENCH)
+
+# libFuzzer target for the request parser/validator (clang; run by tests/integration/server_fuzz.sh).
+build/fuzz/fuzz_request: $(FUZZ_SRC) $(wildcard server/*.h) | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Iserver \
+	    $(shell pkg-config --cflags jansson 2>/dev/null) -o $@ $(FUZZ_SRC) $(shell pkg-config --libs jansson 2>/dev/null) -lm -lpthread
+fuzz: build/fuzz/fuzz_request
 
 bench: all
 	$(BUILD)/latent bench

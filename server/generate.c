@@ -1,0 +1,454 @@
+/* POST /v1/completions and /v1/chat/completions on the loop thread:
+ * validate, tokenize, create sessions, hand them to the scheduler, then turn
+ * the published tokens into SSE chunks or one final response. */
+#include "generate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "latent/tokenizer.h"
+#include "log.h"
+
+static void reply_error(srv_ctx *x, srv_conn *c, const srv_error *e) { srv_conn_reply_error(c, e, x->cfg.retry_after); }
+
+static uint64_t random_seed(void) {
+    uint64_t s;
+    if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) s = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&s;
+    return s;
+}
+
+static void gen_free(srv_gen *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_choices; i++) {
+        srv_choice *ch = &g->choices[i];
+        if (ch->sess) srv_sched_release(g->x->sched, ch->sess);
+        srv_text_free(&ch->text);
+        srv_buf_free(&ch->out);
+        json_decref(ch->lp);
+    }
+    free(g->choices);
+    for (int i = 0; i < g->n_prompts; i++) free(g->ids[i]);
+    free(g->ids);
+    free(g->n_ids);
+    srv_req_free(&g->req);
+    free(g);
+}
+
+/* Tokenizes prompt i (text, ids or the rendered chat) into g->ids[i]. */
+static int tokenize(srv_ctx *x, srv_gen *g, int i, srv_error *e) {
+    const char *text;
+    size_t len;
+    char *rendered = NULL;
+    if (g->chat) {
+        rendered = srv_tmpl_render(&x->tmpl, g->req.messages, g->req.n_messages, 1, &len);
+        if (!rendered) return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "out of memory");
+        text = rendered;
+    } else if (g->req.prompts[i].n_ids >= 0) {
+        const srv_prompt *p = &g->req.prompts[i];
+        g->ids[i] = malloc(((size_t)p->n_ids + 1) * sizeof(int32_t));
+        if (!g->ids[i]) return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "out of memory");
+        memcpy(g->ids[i], p->ids, (size_t)p->n_ids * sizeof(int32_t));
+        g->n_ids[i] = p->n_ids;
+        return 0;
+    } else {
+        text = g->req.prompts[i].text, len = g->req.prompts[i].len;
+    }
+    int n = latent_tokenizer_encode(x->model.tok, text, len, NULL, 0);
+    if (n >= 0 && (g->ids[i] = malloc(((size_t)n + 1) * sizeof(int32_t))))
+        n = latent_tokenizer_encode(x->model.tok, text, len, g->ids[i], n);
+    free(rendered);
+    if (n < 0 || !g->ids[i]) return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "cannot tokenize the prompt");
+    g->n_ids[i] = n;
+    return 0;
+}
+
+/* The generation length of prompt i: the request's max_tokens (checked
+ * against the server cap, the context and the pool) or a default that fits. */
+static int plan_length(srv_ctx *x, srv_gen *g, int i, int group, int *out, srv_error *e) {
+    const char *param = g->chat ? "messages" : "prompt";
+    int ctx = x->model.cfg.max_pos, n = g->n_ids[i];
+    if (n == 0) {
+        if (x->model.cfg.bos_id < 0) return srv_error_set(e, SRV_ERR_INVALID_FIELD, param, "the prompt is empty");
+        g->ids[i][0] = x->model.cfg.bos_id; /* an empty prompt starts from the beginning-of-sequence token */
+        g->n_ids[i] = n = 1;
+    }
+    int explicit = g->req.max_tokens >= 0;
+    int mt = explicit ? g->req.max_tokens : g->chat ? x->cfg.max_tokens : 16;
+    if (explicit && mt > x->cfg.max_tokens)
+        return srv_error_set(e, SRV_ERR_INVALID_FIELD, g->chat ? "max_completion_tokens" : "max_tokens",
+                             "at most %d tokens may be generated per request on this server (asked for %d)", x->cfg.max_tokens, mt);
+    if (n > ctx || (n == ctx && mt > 0))
+        return srv_error_set(e, SRV_ERR_CONTEXT_LENGTH, param,
+                             "This model's maximum context length is %d tokens. However, your prompt has %d tokens.", ctx, n);
+    if (n + mt > ctx) {
+        if (explicit)
+            return srv_error_set(e, SRV_ERR_CONTEXT_LENGTH, g->chat ? "max_completion_tokens" : "max_tokens",
+                                 "This model's maximum context length is %d tokens. However, you requested %d tokens "
+                                 "(%d in the prompt, %d for the completion).", ctx, n + mt, n, mt);
+        mt = ctx - n;
+    }
+    int pool = srv_sched_pool_pages(x->sched);
+    if (srv_sched_group_pages(x->sched, n, mt, group) > pool) {
+        if (explicit || srv_sched_group_pages(x->sched, n, 1, group) > pool)
+            return srv_error_set(e, SRV_ERR_CONTEXT_LENGTH, param,
+                                 "%d sequence(s) of %d prompt tokens and %d completion tokens need %d KV pages; the pool has %d "
+                                 "(see --kv-pool-mib)", group, n, mt, srv_sched_group_pages(x->sched, n, mt, group), pool);
+        while (mt > 1 && srv_sched_group_pages(x->sched, n, mt, group) > pool) mt = mt * 3 / 4;
+    }
+    *out = mt;
+    return 0;
+}
+
+static srv_session *make_session(srv_ctx *x, srv_gen *g, srv_choice *ch, int max_tokens, uint64_t seed) {
+    srv_session *s = srv_session_new();
+    if (!s) return NULL;
+    int p = ch->prompt_index, n = g->n_ids[p];
+    s->prompt = malloc((size_t)n * sizeof(int32_t));
+    if (g->req.n_bias) s->bias = malloc((size_t)g->req.n_bias * sizeof *s->bias);
+    if (!s->prompt || (g->req.n_bias && !s->bias)) {
+        srv_session_free(s);
+        return NULL;
+    }
+    memcpy(s->prompt, g->ids[p], (size_t)n * sizeof(int32_t));
+    s->n_prompt = n;
+    s->max_tokens = max_tokens;
+    s->sp = g->req.sp;
+    if (g->req.n_bias) memcpy(s->bias, g->req.bias, (size_t)g->req.n_bias * sizeof *s->bias);
+    s->sp.bias = s->bias, s->sp.n_bias = g->req.n_bias;
+    /* Choice k of a seeded request draws from seed ^ k*golden: choice 0 from the seed itself. */
+    s->seed = seed ^ ((uint64_t)ch->index * 0x9E3779B97F4A7C15ULL);
+    s->ignore_eos = g->req.ignore_eos;
+    for (int i = 0; i < x->model.cfg.n_eos && s->n_stop_ids < SRV_MAX_STOP_IDS; i++) s->stop_ids[s->n_stop_ids++] = x->model.cfg.eos_ids[i];
+    if (g->chat && x->eot_id >= 0 && s->n_stop_ids < SRV_MAX_STOP_IDS) s->stop_ids[s->n_stop_ids++] = x->eot_id;
+    s->logprobs = g->req.logprobs;
+    s->prompt_logprobs = !g->chat && g->req.echo && g->req.logprobs;
+    s->use_cache = !s->prompt_logprobs;
+    s->t_submit = srv_now();
+    s->owner = ch;
+    return s;
+}
+
+static void choice_done(srv_ctx *x, srv_choice *ch, srv_finish why) {
+    if (ch->done) return;
+    ch->done = 1;
+    ch->finish = why;
+    ch->g->n_done++;
+    if (ch->sess) {
+        srv_sched_release(x->sched, ch->sess);
+        ch->sess = NULL;
+    }
+}
+
+static void link_gen(srv_ctx *x, srv_gen *g) {
+    g->next = x->gens;
+    if (x->gens) x->gens->prev = g;
+    x->gens = g;
+    x->n_gens++;
+}
+
+static void unlink_gen(srv_ctx *x, srv_gen *g) {
+    if (g->prev) g->prev->next = g->next;
+    else if (x->gens == g) x->gens = g->next;
+    if (g->next) g->next->prev = g->prev;
+    g->prev = g->next = NULL;
+    x->n_gens--;
+}
+
+static void emit(srv_ctx *x, srv_gen *g);
+
+void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
+    srv_error e = {0};
+    if (!x->ready) {
+        srv_error_set(&e, SRV_ERR_NOT_READY, NULL, "the model is still loading");
+        reply_error(x, c, &e);
+        return;
+    }
+    if (x->draining) {
+        srv_error_set(&e, SRV_ERR_DRAINING, NULL, "the server is shutting down");
+        reply_error(x, c, &e);
+        return;
+    }
+    srv_gen *g = calloc(1, sizeof *g);
+    if (!g) {
+        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory");
+        reply_error(x, c, &e);
+        return;
+    }
+    g->x = x, g->conn = c, g->chat = chat, g->t_start = srv_conn_started(c);
+    g->created = (long long)time(NULL);
+    snprintf(g->id, sizeof g->id, "%s-%016llx%s", chat ? "chatcmpl" : "cmpl", (unsigned long long)random_seed(), srv_conn_id(c));
+    size_t len;
+    const char *body = srv_conn_body(c, &len);
+    srv_req_limits lim = {.vocab = x->model.cfg.vocab};
+    if (srv_req_parse(&g->req, chat ? SRV_API_CHAT : SRV_API_COMPLETIONS, body, len, &lim, &e) != 0) goto fail;
+    if (g->req.model && strcmp(g->req.model, x->served_name) != 0) {
+        srv_error_set(&e, SRV_ERR_MODEL_NOT_FOUND, "model", "The model '%.200s' does not exist (this server serves '%.200s')",
+                      g->req.model, x->served_name);
+        goto fail;
+    }
+    int n = g->req.n, prompt_lp = !chat && g->req.echo && g->req.logprobs;
+    g->n_prompts = chat ? 1 : g->req.n_prompts;
+    long total = (long)g->n_prompts * n;
+    if (n > x->cfg.max_sessions || total > x->cfg.max_sessions + x->cfg.queue_len) {
+        srv_error_set(&e, SRV_ERR_INVALID_FIELD, "n", "%ld sequences (%d prompt(s) x n=%d) exceed what this server runs at once (%d)",
+                      total, g->n_prompts, n, n > x->cfg.max_sessions ? x->cfg.max_sessions : x->cfg.max_sessions + x->cfg.queue_len);
+        goto fail;
+    }
+    g->ids = calloc(g->n_prompts, sizeof *g->ids);
+    g->n_ids = calloc(g->n_prompts, sizeof *g->n_ids);
+    g->choices = calloc(total, sizeof *g->choices);
+    int *mt = calloc(g->n_prompts, sizeof *mt);
+    if (!g->ids || !g->n_ids || !g->choices || !mt) {
+        free(mt);
+        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < g->n_prompts; i++) {
+        if (tokenize(x, g, i, &e) != 0 || plan_length(x, g, i, prompt_lp ? 1 : n, &mt[i], &e) != 0) {
+            free(mt);
+            goto fail;
+        }
+        g->prompt_tokens += g->n_ids[i];
+    }
+    uint64_t seed = g->req.has_seed ? g->req.seed : random_seed();
+    g->n_choices = (int)total;
+    for (int i = 0; i < g->n_choices; i++) {
+        srv_choice *ch = &g->choices[i];
+        ch->g = g, ch->index = i, ch->prompt_index = i / n;
+        srv_text_init(&ch->text, g->req.stop, g->req.stop_len, g->req.n_stop);
+        ch->echo_pending = !chat && g->req.echo;
+        if (g->req.logprobs) ch->lp = srv_resp_logprobs_new(chat);
+    }
+    /* Sessions, grouped per prompt so choices 2..n fork the prompt state. */
+    int failed = 0;
+    for (int p = 0; p < g->n_prompts && !failed; p++) {
+        if (mt[p] == 0 && !prompt_lp) {
+            for (int k = 0; k < n; k++) choice_done(x, &g->choices[p * n + k], SRV_FINISH_LENGTH);
+            continue;
+        }
+        for (int k = 0; k < n; k++) {
+            srv_choice *ch = &g->choices[p * n + k];
+            if (!(ch->sess = make_session(x, g, ch, mt[p], seed))) failed = 1;
+        }
+        if (failed || prompt_lp || n == 1) continue;
+        srv_session *lead = g->choices[p * n].sess;
+        if (!(lead->followers = malloc((size_t)(n - 1) * sizeof *lead->followers))) {
+            failed = 1;
+            continue;
+        }
+        for (int k = 1; k < n; k++) {
+            srv_session *f = g->choices[p * n + k].sess;
+            f->leader = lead;
+            lead->followers[lead->n_followers++] = f;
+        }
+    }
+    free(mt);
+    if (failed) {
+        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < g->n_choices; i++) {
+        srv_session *s = g->choices[i].sess;
+        if (!s || s->leader) continue;
+        if (srv_sched_submit(x->sched, s) != 0) {
+            srv_metrics_add(&x->metrics, SRV_C_REJECTED, 1);
+            srv_error_set(&e, SRV_ERR_OVERLOADED, NULL, "the server is at capacity (%d sequences running or queued); retry later",
+                          x->cfg.max_sessions + x->cfg.queue_len);
+            goto fail; /* gen_free cancels what was submitted */
+        }
+    }
+    srv_metrics_add(&x->metrics, SRV_C_PROMPT_TOKENS, (uint64_t)g->prompt_tokens);
+    link_gen(x, g);
+    srv_conn_set_data(c, g);
+    if (g->req.stream) {
+        srv_conn_stream_start(c, 200, "text/event-stream");
+        if (chat) { /* the first chunk of each choice carries the role */
+            srv_buf out = {0};
+            for (int i = 0; i < g->n_choices; i++) srv_resp_chunk(g, &g->choices[i], "", 0, 1, 0, &out);
+            srv_conn_write(c, out.p, out.len);
+            srv_buf_free(&out);
+        }
+        emit(x, g);
+    } else if (g->n_done == g->n_choices) {
+        g->complete = 1;
+        srv_gen_resume(x, c, g);
+    } else {
+        srv_conn_suspend(c);
+    }
+    g->dirty = 0;
+    return;
+fail:
+    reply_error(x, c, &e);
+    gen_free(g);
+}
+
+/* Writes what the choices have for a stream; finishes a complete request. */
+static void emit(srv_ctx *x, srv_gen *g) {
+    g->dirty = 0;
+    if (g->complete) return;
+    if (!g->req.stream) {
+        if (g->n_done == g->n_choices) {
+            g->complete = 1;
+            srv_conn_wake(g->conn);
+        }
+        return;
+    }
+    srv_buf out = {0};
+    for (int i = 0; i < g->n_choices; i++) {
+        srv_choice *ch = &g->choices[i];
+        int has_lp = ch->lp && json_array_size(json_object_get(ch->lp, g->chat ? "content" : "tokens")) > 0;
+        if (ch->reported || (!ch->out.len && !has_lp && !ch->done && !ch->echo_pending)) continue;
+        if (ch->echo_pending && !has_lp && ch->sess && ch->sess->prompt_logprobs) continue; /* wait for the prompt's logprobs */
+        srv_buf text = {0};
+        if (ch->echo_pending) srv_resp_echo_text(g, ch, &text), ch->echo_pending = 0;
+        srv_buf_append(&text, ch->out.p, ch->out.len);
+        srv_buf_reset(&ch->out);
+        if (ch->done && g->err.kind == SRV_ERR_NONE) ch->reported = 1;
+        if (text.len || has_lp || ch->reported) srv_resp_chunk(g, ch, text.p, text.len, 0, ch->reported, &out);
+        srv_buf_free(&text);
+    }
+    if (g->n_done == g->n_choices) {
+        if (g->err.kind != SRV_ERR_NONE) {
+            char *ej = srv_error_json(&g->err);
+            if (ej) srv_buf_printf(&out, "data: %s\n\n", ej);
+            free(ej);
+        } else if (g->req.include_usage) {
+            srv_resp_usage_chunk(g, &out);
+        }
+        srv_buf_puts(&out, "data: [DONE]\n\n");
+        g->complete = 1;
+    }
+    if (out.len) srv_conn_write(g->conn, out.p, out.len);
+    if (g->complete) srv_conn_end(g->conn);
+    srv_buf_free(&out);
+}
+
+void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g) {
+    if (!g->complete) {
+        srv_conn_suspend(c); /* woken early: keep waiting */
+        return;
+    }
+    if (g->err.kind != SRV_ERR_NONE) {
+        reply_error(x, c, &g->err);
+        return;
+    }
+    char *body = srv_resp_final(g);
+    if (!body) {
+        srv_error e;
+        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "cannot build the response");
+        reply_error(x, c, &e);
+        return;
+    }
+    srv_conn_reply(c, 200, "application/json", body, strlen(body));
+    free(body);
+}
+
+/* Turns one session's new events into text, logprobs and metrics. */
+static void take_session(srv_ctx *x, srv_session *s) {
+    srv_choice *ch = s->owner;
+    srv_gen *g = ch->g;
+    int n;
+    srv_finish fin;
+    const srv_event *ev = srv_sched_take_events(x->sched, s, &n, &fin);
+    if (!ch->seen_first && (n > 0 || fin != SRV_FINISH_NONE)) {
+        double w = srv_sched_admitted_at(x->sched, s);
+        if (w >= 0) srv_metrics_observe(&x->metrics, SRV_H_QUEUE, w);
+    }
+    char raw[512];
+    for (int i = 0; i < n && !ch->done; i++) {
+        const srv_event *e = &ev[i];
+        if (e->kind == SRV_EV_PROMPT) {
+            srv_resp_logprobs_add(g, ch, e);
+            continue;
+        }
+        ch->n_tokens++;
+        if (!ch->seen_first) {
+            ch->seen_first = 1;
+            srv_metrics_observe(&x->metrics, SRV_H_TTFT, e->t - g->t_start);
+        } else {
+            srv_metrics_observe(&x->metrics, SRV_H_ITL, e->t - ch->t_last);
+        }
+        ch->t_last = e->t;
+        if (e->kind == SRV_EV_EOS) continue; /* ends the text; fin says STOP */
+        srv_resp_logprobs_add(g, ch, e);
+        int nb = latent_tokenizer_token_bytes(x->model.tok, e->token, raw, sizeof raw);
+        if (nb > (int)sizeof raw) nb = (int)sizeof raw;
+        if (nb > 0 && srv_text_feed(&ch->text, raw, (size_t)nb, &ch->out)) choice_done(x, ch, SRV_FINISH_STOP);
+    }
+    if (!ch->done && fin != SRV_FINISH_NONE) {
+        if (fin == SRV_FINISH_ERROR || fin == SRV_FINISH_CANCELLED) {
+            if (g->err.kind == SRV_ERR_NONE) {
+                if (fin == SRV_FINISH_ERROR) srv_error_set(&g->err, SRV_ERR_INTERNAL, NULL, "generation failed: %s", s->err);
+                else srv_error_set(&g->err, SRV_ERR_DRAINING, NULL, "the server is shutting down");
+            }
+        } else {
+            srv_text_finish(&ch->text, &ch->out);
+        }
+        choice_done(x, ch, fin);
+    }
+    g->dirty = 1;
+}
+
+void srv_gen_on_wake(uv_async_t *a) {
+    srv_ctx *x = a->data;
+    if (!x->sched) return;
+    int n = srv_sched_take_ready(x->sched, &x->ready_list, &x->ready_cap);
+    srv_gen *touched[64];
+    int n_touched = 0, overflow = 0;
+    for (int i = 0; i < n; i++) {
+        srv_session *s = x->ready_list[i];
+        if (!s->loop_released) {
+            srv_gen *g = ((srv_choice *)s->owner)->g;
+            int was_dirty = g->dirty;
+            take_session(x, s);
+            if (!was_dirty) {
+                if (n_touched < 64) touched[n_touched++] = g;
+                else overflow = 1;
+            }
+        }
+        srv_sched_unref(x->sched, s);
+    }
+    for (int i = 0; i < n_touched; i++) emit(x, touched[i]);
+    if (overflow)
+        for (srv_gen *g = x->gens; g; g = g->next)
+            if (g->dirty) emit(x, g);
+}
+
+void srv_gen_keepalive(srv_ctx *x) {
+    static const char comment[] = ": keep-alive\n\n";
+    for (srv_gen *g = x->gens; g; g = g->next)
+        if (g->req.stream && !g->complete && srv_conn_idle(g->conn) >= x->cfg.keepalive_seconds)
+            srv_conn_write(g->conn, comment, sizeof comment - 1);
+}
+
+void srv_gen_cancel_all(srv_ctx *x) {
+    for (srv_gen *g = x->gens; g; g = g->next) {
+        if (g->complete) continue;
+        if (g->err.kind == SRV_ERR_NONE) srv_error_set(&g->err, SRV_ERR_DRAINING, NULL, "the server is shutting down");
+        for (int i = 0; i < g->n_choices; i++) choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED);
+        emit(x, g);
+    }
+}
+
+void srv_gen_abort(srv_ctx *x, srv_gen *g) {
+    g->aborted = 1;
+    int live = 0;
+    for (int i = 0; i < g->n_choices; i++)
+        if (!g->choices[i].done) live++, choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED);
+    if (live) srv_metrics_add(&x->metrics, SRV_C_CANCELLED, (uint64_t)live);
+    g->complete = 1;
+}
+
+void srv_gen_close(srv_ctx *x, srv_gen *g) {
+    if (!g->aborted) {
+        int tokens = 0;
+        for (int i = 0; i < g->n_choices; i++) tokens += g->choices[i].n_tokens;
+        srv_metrics_add(&x->metrics, SRV_C_COMPLETION_TOKENS, (uint64_t)tokens);
+        srv_metrics_observe(&x->metrics, SRV_H_E2E, srv_now() - g->t_start);
+    }
+    unlink_gen(x, g);
+    gen_free(g);
+}

@@ -1,0 +1,453 @@
+/* libmicrohttpd in external epoll mode on a libuv loop; suspend/resume. */
+#include "http.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "log.h"
+
+#define MAX_HDRS 8
+
+struct srv_conn {
+    srv_http *h;
+    struct MHD_Connection *mc;
+    char method[16];
+    char *path;
+    char id[24];
+    double t_start;
+    srv_buf body;
+    int too_large;
+    int replied, status;
+    int suspended;
+    int streaming, stream_end;
+    int peer_gone, abort_told;
+    srv_buf out;
+    size_t out_off;
+    double t_write;
+    uv_poll_t poll;           /* the socket, for disconnects while suspended */
+    int poll_init;
+    void *data;
+    char *hdr_k[MAX_HDRS], *hdr_v[MAX_HDRS];
+    int n_hdrs;
+    srv_conn *prev, *next;
+};
+
+struct srv_http {
+    uv_loop_t *loop;
+    struct MHD_Daemon *d;
+    uv_poll_t poll;           /* MHD's epoll fd */
+    uv_timer_t timer;         /* MHD's timeout, or 0 after a resume */
+    int in_run;
+    int kick;                 /* a connection was resumed: MHD must run again */
+    int listen_fd;
+    srv_http_opts o;
+    srv_http_cbs cbs;
+    void *ud;
+    srv_conn *conns;          /* every request MHD holds */
+    int n_conns;
+    int handles_open;
+    unsigned long long next_id;
+};
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- listening socket --------------------------------------------------------- */
+
+int srv_http_listen(const char *host, int port, const char *unix_path, char *desc, size_t cap, latent_err *err) {
+    int fd;
+    if (unix_path && *unix_path) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (strlen(unix_path) >= sizeof sa.sun_path) return latent_err_set(err, "unix socket path %s is too long", unix_path);
+        strcpy(sa.sun_path, unix_path);
+        struct stat st;
+        if (lstat(unix_path, &st) == 0 && S_ISSOCK(st.st_mode)) unlink(unix_path); /* a stale socket */
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 1024) != 0) {
+            int e = errno;
+            if (fd >= 0) close(fd);
+            return latent_err_set(err, "cannot listen on unix socket %s: %s", unix_path, strerror(e));
+        }
+        snprintf(desc, cap, "unix:%s", unix_path);
+        return fd;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(host && *host ? host : NULL, ps, &hints, &res);
+    if (rc != 0) return latent_err_set(err, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+    int e = 0;
+    fd = -1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+        if (fd < 0) {
+            e = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0) break;
+        e = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) return latent_err_set(err, "cannot listen on %s:%d: %s", host, port, strerror(e));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char hs[NI_MAXHOST] = "?", sv[NI_MAXSERV] = "?";
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+        getnameinfo((struct sockaddr *)&ss, sl, hs, sizeof hs, sv, sizeof sv, NI_NUMERICHOST | NI_NUMERICSERV);
+    snprintf(desc, cap, ss.ss_family == AF_INET6 ? "http://[%s]:%s" : "http://%s:%s", hs, sv);
+    return fd;
+}
+
+/* ---- MHD on the loop ---------------------------------------------------------------- */
+
+static void run(srv_http *h);
+
+static void on_timer(uv_timer_t *t) { run(t->data); }
+static void on_epoll(uv_poll_t *p, int status, int events) { run(p->data); }
+
+/* One pass of MHD over whatever is ready, then its next timeout. Never
+ * re-entered from inside an MHD callback. */
+static void run(srv_http *h) {
+    if (h->in_run || !h->d) return;
+    h->in_run = 1;
+    h->kick = 0;
+    MHD_run(h->d);
+    h->in_run = 0;
+    MHD_UNSIGNED_LONG_LONG to;
+    if (h->kick) uv_timer_start(&h->timer, on_timer, 0, 0);
+    else if (MHD_get_timeout(h->d, &to) == MHD_YES) uv_timer_start(&h->timer, on_timer, to, 0);
+    else uv_timer_stop(&h->timer);
+}
+
+/* In external polling mode MHD has no wake-up channel of its own: after a
+ * resume it must be run again (on the next loop iteration). */
+static void kick(srv_http *h) {
+    h->kick = 1;
+    if (!h->in_run && h->d) uv_timer_start(&h->timer, on_timer, 0, 0);
+}
+
+static void poll_closed(uv_handle_t *hd);
+
+static void free_conn(srv_conn *c) {
+    srv_buf_free(&c->body);
+    srv_buf_free(&c->out);
+    for (int i = 0; i < c->n_hdrs; i++) free(c->hdr_k[i]), free(c->hdr_v[i]);
+    free(c->path);
+    free(c);
+}
+
+static void poll_closed(uv_handle_t *hd) { free_conn(hd->data); }
+
+static void on_disconnect(uv_poll_t *p, int status, int events) {
+    srv_conn *c = p->data;
+    uv_poll_stop(p);
+    c->peer_gone = 1;
+    if (!c->abort_told) {
+        c->abort_told = 1;
+        c->h->cbs.on_abort(c->h->ud, c);
+    }
+    srv_conn_wake(c);
+}
+
+static void do_suspend(srv_conn *c) {
+    if (c->suspended) return;
+    MHD_suspend_connection(c->mc);
+    c->suspended = 1;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return;
+    if (!c->poll_init) {
+        if (uv_poll_init(c->h->loop, &c->poll, ci->connect_fd) != 0) return;
+        c->poll.data = c;
+        c->poll_init = 1;
+    }
+    uv_poll_start(&c->poll, UV_DISCONNECT, on_disconnect);
+}
+
+void srv_conn_wake(srv_conn *c) {
+    if (!c->suspended) return;
+    if (c->poll_init) uv_poll_stop(&c->poll);
+    c->suspended = 0;
+    MHD_resume_connection(c->mc);
+    kick(c->h);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    srv_conn *c = cls;
+    if (c->peer_gone) return MHD_CONTENT_READER_END_WITH_ERROR;
+    size_t avail = c->out.len - c->out_off;
+    if (avail) {
+        size_t n = avail < max ? avail : max;
+        memcpy(buf, c->out.p + c->out_off, n);
+        c->out_off += n;
+        if (c->out_off == c->out.len) srv_buf_reset(&c->out), c->out_off = 0;
+        return (ssize_t)n;
+    }
+    if (c->stream_end) return MHD_CONTENT_READER_END_OF_STREAM;
+    do_suspend(c);
+    return 0;
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
+                                 const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    srv_http *h = cls;
+    srv_conn *c = *con_cls;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c) return MHD_NO;
+        c->h = h, c->mc = mc;
+        snprintf(c->method, sizeof c->method, "%s", method);
+        c->path = strdup(url ? url : "/");
+        if (!c->path) {
+            free(c);
+            return MHD_NO;
+        }
+        snprintf(c->id, sizeof c->id, "%llx", ++h->next_id);
+        c->t_start = c->t_write = srv_now();
+        c->next = h->conns;
+        if (h->conns) h->conns->prev = c;
+        h->conns = c;
+        h->n_conns++;
+        *con_cls = c;
+        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > (unsigned long long)h->o.max_body) {
+            srv_error e;
+            srv_error_set(&e, SRV_ERR_TOO_LARGE, NULL, "the request body is larger than the limit of %ld bytes", h->o.max_body);
+            srv_conn_reply_error(c, &e, 0);
+        }
+        return MHD_YES;
+    }
+    if (c->replied && !c->streaming) {
+        *upload_size = 0; /* the body of a request already answered is dropped */
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!c->too_large && c->body.len + *upload_size > (size_t)h->o.max_body) {
+            c->too_large = 1;
+            srv_buf_free(&c->body);
+        }
+        if (!c->too_large) srv_buf_append(&c->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (c->peer_gone) return MHD_NO;
+    if (c->replied) return MHD_YES;
+    if (c->too_large) {
+        srv_error e;
+        srv_error_set(&e, SRV_ERR_TOO_LARGE, NULL, "the request body is larger than the limit of %ld bytes", h->o.max_body);
+        srv_conn_reply_error(c, &e, 0);
+        return MHD_YES;
+    }
+    if (c->body.oom) {
+        srv_error e;
+        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory reading the body");
+        srv_conn_reply_error(c, &e, 0);
+        return MHD_YES;
+    }
+    h->cbs.on_request(h->ud, c);
+    if (!c->replied && !c->suspended) {
+        srv_error e;
+        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "no reply");
+        srv_conn_reply_error(c, &e, 0);
+    }
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    srv_http *h = cls;
+    srv_conn *c = *con_cls;
+    if (!c) return;
+    *con_cls = NULL;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) c->peer_gone = 1;
+    if (c->peer_gone && !c->abort_told) {
+        c->abort_told = 1;
+        h->cbs.on_abort(h->ud, c);
+    }
+    h->cbs.on_close(h->ud, c);
+    if (c->prev) c->prev->next = c->next;
+    else h->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    h->n_conns--;
+    if (c->poll_init) uv_close((uv_handle_t *)&c->poll, poll_closed); /* stops watching the fd now */
+    else free_conn(c);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    srv_log(SRV_LOG_DEBUG, "http: %s", msg);
+}
+
+srv_http *srv_http_start(uv_loop_t *loop, const srv_http_opts *o, const srv_http_cbs *cbs, void *ud, latent_err *err) {
+    srv_http *h = calloc(1, sizeof *h);
+    if (!h) {
+        latent_err_set(err, "http: out of memory");
+        return NULL;
+    }
+    h->loop = loop, h->o = *o, h->cbs = *cbs, h->ud = ud, h->listen_fd = o->listen_fd;
+    unsigned int flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, h, MHD_OPTION_LISTEN_SOCKET, o->listen_fd,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned int)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout_s,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
+    if (!h->d) {
+        free(h);
+        latent_err_set(err, "http: cannot start libmicrohttpd (epoll, suspend/resume)");
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!di || uv_poll_init(loop, &h->poll, di->epoll_fd) != 0) {
+        MHD_stop_daemon(h->d);
+        free(h);
+        latent_err_set(err, "http: cannot watch libmicrohttpd's epoll fd");
+        return NULL;
+    }
+    h->poll.data = h;
+    uv_timer_init(loop, &h->timer);
+    h->timer.data = h;
+    h->handles_open = 2;
+    uv_poll_start(&h->poll, UV_READABLE, on_epoll);
+    run(h);
+    return h;
+}
+
+void srv_http_quiesce(srv_http *h) {
+    if (!h || h->listen_fd < 0) return;
+    MHD_socket fd = MHD_quiesce_daemon(h->d);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+    h->listen_fd = -1;
+}
+
+int srv_http_active(const srv_http *h) { return h ? h->n_conns : 0; }
+
+static void handle_closed(uv_handle_t *hd) {
+    srv_http *h = hd->data;
+    if (--h->handles_open == 0) free(h);
+}
+
+void srv_http_stop(srv_http *h) {
+    if (!h) return;
+    for (srv_conn *c = h->conns; c; c = c->next) {
+        c->peer_gone = 1;
+        srv_conn_wake(c);
+    }
+    for (int i = 0; i < 4 && h->n_conns; i++) run(h);
+    uv_timer_stop(&h->timer);
+    MHD_stop_daemon(h->d); /* ends what is left: on_close for each */
+    h->d = NULL;
+    if (h->listen_fd >= 0) close(h->listen_fd);
+    uv_close((uv_handle_t *)&h->poll, handle_closed);
+    uv_close((uv_handle_t *)&h->timer, handle_closed);
+}
+
+/* ---- requests ------------------------------------------------------------------------ */
+
+const char *srv_conn_method(const srv_conn *c) { return c->method; }
+const char *srv_conn_path(const srv_conn *c) { return c->path; }
+const char *srv_conn_header(const srv_conn *c, const char *name) {
+    return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
+}
+const char *srv_conn_body(const srv_conn *c, size_t *len) {
+    *len = c->body.len;
+    return c->body.p ? c->body.p : "";
+}
+const char *srv_conn_id(const srv_conn *c) { return c->id; }
+double srv_conn_started(const srv_conn *c) { return c->t_start; }
+int srv_conn_status(const srv_conn *c) { return c->status; }
+int srv_conn_aborted(const srv_conn *c) { return c->peer_gone; }
+void srv_conn_set_data(srv_conn *c, void *data) { c->data = data; }
+void *srv_conn_data(const srv_conn *c) { return c->data; }
+double srv_conn_idle(const srv_conn *c) { return srv_now() - c->t_write; }
+
+void srv_conn_add_header(srv_conn *c, const char *name, const char *value) {
+    if (c->n_hdrs == MAX_HDRS) return;
+    c->hdr_k[c->n_hdrs] = strdup(name);
+    c->hdr_v[c->n_hdrs] = strdup(value);
+    if (c->hdr_k[c->n_hdrs] && c->hdr_v[c->n_hdrs]) c->n_hdrs++;
+    else free(c->hdr_k[c->n_hdrs]), free(c->hdr_v[c->n_hdrs]);
+}
+
+/* CORS: the Origin header is echoed when allowed ("*" allows any). */
+static void add_common_headers(srv_conn *c, struct MHD_Response *r, const char *ctype) {
+    if (ctype) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(r, "X-Request-Id", c->id);
+    const srv_strlist *co = c->h->o.cors_origins;
+    const char *origin = srv_conn_header(c, "Origin");
+    if (co && co->n && origin) {
+        for (int i = 0; i < co->n; i++)
+            if (!strcmp(co->items[i], "*") || !strcmp(co->items[i], origin)) {
+                MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+                MHD_add_response_header(r, "Vary", "Origin");
+                break;
+            }
+    }
+    for (int i = 0; i < c->n_hdrs; i++) MHD_add_response_header(r, c->hdr_k[i], c->hdr_v[i]);
+}
+
+void srv_conn_reply(srv_conn *c, int status, const char *ctype, const char *body, size_t len) {
+    if (c->replied) return;
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return;
+    add_common_headers(c, r, ctype);
+    if (MHD_queue_response(c->mc, (unsigned int)status, r) == MHD_YES) c->replied = 1, c->status = status;
+    MHD_destroy_response(r);
+}
+
+void srv_conn_reply_error(srv_conn *c, const srv_error *e, int retry_after) {
+    int status = srv_error_status(e->kind);
+    if (status == 429 || status == 503) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", retry_after);
+        srv_conn_add_header(c, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    char *body = srv_error_json(e);
+    const char *fallback = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+    srv_conn_reply(c, status, "application/json", body ? body : fallback, strlen(body ? body : fallback));
+    free(body);
+    if (c->replied && srv_log_enabled(SRV_LOG_DEBUG)) srv_log(SRV_LOG_DEBUG, "request %s: %d %s", c->id, status, e->message);
+}
+
+void srv_conn_suspend(srv_conn *c) { do_suspend(c); }
+
+void srv_conn_stream_start(srv_conn *c, int status, const char *ctype) {
+    if (c->replied) return;
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, c, NULL);
+    if (!r) return;
+    add_common_headers(c, r, ctype);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    if (MHD_queue_response(c->mc, (unsigned int)status, r) == MHD_YES) c->replied = 1, c->streaming = 1, c->status = status;
+    MHD_destroy_response(r);
+}
+
+void srv_conn_write(srv_conn *c, const char *data, size_t n) {
+    if (c->stream_end || c->peer_gone) return;
+    srv_buf_append(&c->out, data, n);
+    c->t_write = srv_now();
+    srv_conn_wake(c);
+}
+
+void srv_conn_end(srv_conn *c) {
+    c->stream_end = 1;
+    srv_conn_wake(c);
+}

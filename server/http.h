@@ -1,0 +1,82 @@
+/* libmicrohttpd driven by a libuv loop: MHD runs in external-poll epoll mode,
+ * its epoll fd watched by a uv_poll and its timeout by a uv_timer, all on the
+ * loop thread. A request that waits for the engine is suspended (MHD stops
+ * polling it) while a uv_poll of its own watches the socket for the client
+ * going away; srv_conn_wake resumes it from the loop.
+ *
+ * The layer above sees requests as srv_conn: a complete body, then replies:
+ * a whole response, or a stream of bytes (SSE). on_request runs when the
+ * body is complete and again after each wake of a suspended request until it
+ * replies; on_abort when the client leaves while suspended or streaming;
+ * on_close exactly once when MHD is done with the request. */
+#ifndef SRV_HTTP_H
+#define SRV_HTTP_H
+
+#include <stddef.h>
+#include <uv.h>
+
+#include "config.h"
+#include "errors.h"
+#include "latent/error.h"
+
+typedef struct srv_http srv_http;
+typedef struct srv_conn srv_conn;
+
+typedef struct srv_http_cbs {
+    void (*on_request)(void *ud, srv_conn *c);
+    void (*on_abort)(void *ud, srv_conn *c);
+    void (*on_close)(void *ud, srv_conn *c);
+} srv_http_cbs;
+
+typedef struct srv_http_opts {
+    int listen_fd;
+    long max_body;
+    int max_connections;
+    int timeout_s;
+    const srv_strlist *cors_origins;
+} srv_http_opts;
+
+/* A listening socket: TCP on host:port (port 0 = a free one), or a unix
+ * socket at unix_path when set. `desc` gets a printable address. */
+int srv_http_listen(const char *host, int port, const char *unix_path, char *desc, size_t cap, latent_err *err);
+
+srv_http *srv_http_start(uv_loop_t *loop, const srv_http_opts *o, const srv_http_cbs *cbs, void *ud, latent_err *err);
+/* Stops accepting new connections (open ones go on). */
+void srv_http_quiesce(srv_http *h);
+/* Requests MHD still holds. */
+int srv_http_active(const srv_http *h);
+/* Ends every request, stops MHD, closes the handles (frees h once they are closed). */
+void srv_http_stop(srv_http *h);
+
+/* The request. */
+const char *srv_conn_method(const srv_conn *c);
+const char *srv_conn_path(const srv_conn *c);
+const char *srv_conn_header(const srv_conn *c, const char *name);
+const char *srv_conn_body(const srv_conn *c, size_t *len);
+const char *srv_conn_id(const srv_conn *c);
+double srv_conn_started(const srv_conn *c);
+int srv_conn_status(const srv_conn *c);   /* status sent (0 = none yet) */
+int srv_conn_aborted(const srv_conn *c);  /* the client went away */
+void srv_conn_set_data(srv_conn *c, void *data);
+void *srv_conn_data(const srv_conn *c);
+
+/* Replies (inside on_request only). Headers added before a reply go with it. */
+void srv_conn_add_header(srv_conn *c, const char *name, const char *value);
+void srv_conn_reply(srv_conn *c, int status, const char *content_type, const char *body, size_t len);
+/* The error JSON; 429 and 503 carry Retry-After: retry_after. */
+void srv_conn_reply_error(srv_conn *c, const srv_error *e, int retry_after);
+/* Waits: on_request runs again after srv_conn_wake. */
+void srv_conn_suspend(srv_conn *c);
+/* Starts a streamed reply (chunked, unknown length). */
+void srv_conn_stream_start(srv_conn *c, int status, const char *content_type);
+
+/* Any time on the loop thread. */
+void srv_conn_wake(srv_conn *c);
+void srv_conn_write(srv_conn *c, const char *data, size_t n);
+void srv_conn_end(srv_conn *c);
+/* Seconds since the stream last got bytes. */
+double srv_conn_idle(const srv_conn *c);
+
+double srv_now(void);
+
+#endif

@@ -1,0 +1,82 @@
+/* An LRU of finished sequences (a small array: a linear scan per admission). */
+#include "prefix_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int srv_cache_init(srv_prefix_cache *c, int cap) {
+    memset(c, 0, sizeof *c);
+    c->cap = cap;
+    if (cap > 0 && !(c->entries = calloc(cap, sizeof *c->entries))) return -1;
+    return 0;
+}
+
+void srv_cache_free(srv_prefix_cache *c) {
+    for (int i = 0; i < c->n; i++) latent_seq_free(&c->entries[i].seq);
+    free(c->entries);
+    memset(c, 0, sizeof *c);
+}
+
+/* Common prefix of s's cached tokens and ids, counting only tokens cached
+ * with the same control flow (a recurrent prompt token and a generated one
+ * leave different states). */
+static int common(const latent_seq *s, const int32_t *ids, int n, uint8_t flow) {
+    int i = 0;
+    while (i < n && i < s->n_pos && s->tokens[i] == ids[i] && s->flows[i] == flow) i++;
+    return i;
+}
+
+int srv_cache_match(const srv_prefix_cache *c, const int32_t *ids, int n, uint8_t flow, int *entry) {
+    int best = 0;
+    *entry = -1;
+    for (int i = 0; i < c->n; i++) {
+        int k = common(&c->entries[i].seq, ids, n, flow);
+        if (k > best || (k == best && k > 0 && c->entries[i].last_used > c->entries[*entry].last_used)) best = k, *entry = i;
+    }
+    return best;
+}
+
+void srv_cache_touch(srv_prefix_cache *c, int entry) { c->entries[entry].last_used = ++c->clock; }
+
+static void drop(srv_prefix_cache *c, int i) {
+    latent_seq_free(&c->entries[i].seq);
+    c->entries[i] = c->entries[--c->n];
+}
+
+void srv_cache_insert(srv_prefix_cache *c, latent_seq *seq) {
+    if (c->cap == 0 || seq->n_pos == 0) {
+        latent_seq_free(seq);
+        return;
+    }
+    for (int i = 0; i < c->n; i++) {
+        latent_seq *e = &c->entries[i].seq;
+        int k = 0;
+        while (k < e->n_pos && k < seq->n_pos && e->tokens[k] == seq->tokens[k] && e->flows[k] == seq->flows[k]) k++;
+        if (k == seq->n_pos) { /* already covered */
+            latent_seq_free(seq);
+            srv_cache_touch(c, i);
+            return;
+        }
+        if (k == e->n_pos) drop(c, i--); /* the new one extends it */
+    }
+    if (c->n == c->cap) srv_cache_evict_lru(c);
+    c->entries[c->n].seq = *seq;
+    c->entries[c->n].last_used = ++c->clock;
+    c->n++;
+    memset(seq, 0, sizeof *seq);
+}
+
+int srv_cache_evict_lru(srv_prefix_cache *c) {
+    if (c->n == 0) return 0;
+    int lru = 0;
+    for (int i = 1; i < c->n; i++)
+        if (c->entries[i].last_used < c->entries[lru].last_used) lru = i;
+    drop(c, lru);
+    return 1;
+}
+
+int srv_cache_pages(const srv_prefix_cache *c) {
+    int n = 0;
+    for (int i = 0; i < c->n; i++) n += c->entries[i].seq.n_pages;
+    return n;
+}

@@ -1,0 +1,744 @@
+/* The step thread: admission, batch building, the engine step, sampling,
+ * publishing. See scheduler.h for the contract. */
+#include "scheduler.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "latent/threads.h"
+#include "log.h"
+#include "prefix_cache.h"
+
+typedef struct staged {
+    srv_session *sess;
+    srv_event ev;
+} staged;
+
+struct srv_sched {
+    const latent_model *m;
+    const latent_config *cfg;
+    latent_engine *eng;
+    latent_kv_pool pool;
+    srv_prefix_cache cache;
+    srv_sched_opts o;
+
+    pthread_t th;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* Under mu. */
+    int stop;
+    int cancel_pending;
+    srv_session *inbox_head, *inbox_tail;
+    srv_session *ready_head;
+    int held;                 /* sessions submitted and not yet let go by the step thread */
+    srv_sched_stats stats;
+    srv_sched_wake_fn wake;
+    srv_sched_step_fn on_step;
+    void *arg;
+
+    /* Step thread only. */
+    srv_session **wait;       /* FIFO of group leaders */
+    int n_wait, cap_wait;
+    srv_session **running;    /* admission order */
+    int n_running, cap_running;
+    latent_batch_entry *entries;
+    srv_session **entry_sess;
+    int cap_entries, cap_entry_sess;
+    float *logits;
+    size_t cap_logits;
+    srv_session **samp;
+    int n_samp, cap_samp;
+    void **scratch;
+    int n_scratch;
+    staged *stage;
+    int n_stage, cap_stage;
+    srv_session **done;       /* finished this round, to publish */
+    int n_done, cap_done;
+    long long prefill_tokens, reused_tokens, generated_tokens, failed_steps;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Grows an array to hold n items; -1 when out of memory. */
+static int grow(void **arr, int *cap, int n, size_t item) {
+    if (n <= *cap) return 0;
+    int c = *cap ? *cap : 16;
+    while (c < n) c *= 2;
+    void *p = realloc(*arr, (size_t)c * item);
+    if (!p) return -1;
+    *arr = p, *cap = c;
+    return 0;
+}
+#define GROW(arr, cap, n) grow((void **)&(arr), &(cap), (n), sizeof *(arr))
+
+static int pages_for(const srv_sched *s, int n) { return (n + s->o.page_tokens - 1) / s->o.page_tokens; }
+
+int srv_sched_pool_pages(const srv_sched *s) { return s->pool.n_pages; }
+int srv_sched_page_tokens(const srv_sched *s) { return s->o.page_tokens; }
+
+int srv_sched_group_pages(const srv_sched *s, int n_prompt, int max_tokens, int n) {
+    int full = pages_for(s, n_prompt + max_tokens);
+    return full + (n - 1) * (full - n_prompt / s->o.page_tokens);
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_err *err) {
+    srv_sched *s = calloc(1, sizeof *s);
+    if (!s) {
+        latent_err_set(err, "scheduler: out of memory");
+        return NULL;
+    }
+    s->m = m, s->cfg = &m->cfg, s->o = *o;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (latent_kv_pool_init(&s->pool, &m->cfg, o->page_tokens, o->pool_bytes, err) != 0) goto fail;
+    if (!(s->eng = latent_engine_new(m, err))) goto fail;
+    if (srv_cache_init(&s->cache, o->cache_entries) != 0) {
+        latent_err_set(err, "scheduler: out of memory");
+        goto fail;
+    }
+    s->n_scratch = latent_get_threads();
+    s->scratch = calloc(s->n_scratch, sizeof *s->scratch);
+    if (!s->scratch) goto oom;
+    for (int i = 0; i < s->n_scratch; i++)
+        if (!(s->scratch[i] = malloc(latent_sampler_scratch_size(m->cfg.vocab)))) goto oom;
+    s->stats.pages_total = s->stats.pages_free = s->pool.n_pages;
+    return s;
+oom:
+    latent_err_set(err, "scheduler: out of memory");
+fail:
+    srv_sched_free(s);
+    return NULL;
+}
+
+static void *step_main(void *arg);
+
+int srv_sched_start(srv_sched *s, srv_sched_wake_fn wake, srv_sched_step_fn on_step, void *arg, latent_err *err) {
+    s->wake = wake, s->on_step = on_step, s->arg = arg;
+    if (pthread_create(&s->th, NULL, step_main, s) != 0) return latent_err_set(err, "scheduler: cannot start the step thread");
+    s->started = 1;
+    return 0;
+}
+
+/* Drops one reference; the caller holds mu. Returns the session to free
+ * (outside the lock) or NULL. */
+static srv_session *unref_locked(srv_session *x) { return --x->refs == 0 ? x : NULL; }
+
+void srv_sched_unref(srv_sched *s, srv_session *x) {
+    pthread_mutex_lock(&s->mu);
+    srv_session *f = unref_locked(x);
+    pthread_mutex_unlock(&s->mu);
+    srv_session_free(f);
+}
+
+/* ---- loop-side calls --------------------------------------------------------- */
+
+int srv_sched_submit(srv_sched *s, srv_session *g) {
+    int n = 1 + g->n_followers;
+    pthread_mutex_lock(&s->mu);
+    if (s->stop || s->held + n > s->o.max_sessions + s->o.queue_len) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    s->held += n;
+    g->refs++;
+    for (int i = 0; i < g->n_followers; i++) g->followers[i]->refs++;
+    g->next = NULL;
+    if (s->inbox_tail) s->inbox_tail->next = g;
+    else s->inbox_head = g;
+    s->inbox_tail = g;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void srv_sched_cancel(srv_sched *s, srv_session *x) {
+    if (atomic_exchange(&x->cancel, 1)) return;
+    pthread_mutex_lock(&s->mu);
+    s->cancel_pending = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_sched_release(srv_sched *s, srv_session *x) {
+    pthread_mutex_lock(&s->mu);
+    int running = x->finish == SRV_FINISH_NONE && x->refs > 1;
+    x->loop_released = 1;
+    pthread_mutex_unlock(&s->mu);
+    if (running) srv_sched_cancel(s, x);
+    srv_sched_unref(s, x);
+}
+
+int srv_sched_take_ready(srv_sched *s, srv_session ***list, int *cap) {
+    pthread_mutex_lock(&s->mu);
+    int n = 0;
+    for (srv_session *x = s->ready_head; x; x = x->ready_next) n++;
+    if (GROW(*list, *cap, n) != 0) {
+        pthread_mutex_unlock(&s->mu);
+        return 0; /* stays queued; retried on the next wake */
+    }
+    n = 0;
+    for (srv_session *x = s->ready_head; x; x = x->ready_next) {
+        (*list)[n++] = x;
+        x->on_ready = 0;
+    }
+    s->ready_head = NULL;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+const srv_event *srv_sched_take_events(srv_sched *s, srv_session *x, int *n, srv_finish *finish) {
+    pthread_mutex_lock(&s->mu);
+    int r = x->ev_w;
+    *n = x->ev_n;
+    *finish = x->finish;
+    x->ev_w ^= 1;
+    x->ev_n = 0;
+    pthread_mutex_unlock(&s->mu);
+    return x->ev_buf[r];
+}
+
+double srv_sched_admitted_at(srv_sched *s, srv_session *x) {
+    pthread_mutex_lock(&s->mu);
+    double t = x->t_admit > 0 ? x->t_admit - x->t_submit : -1;
+    pthread_mutex_unlock(&s->mu);
+    return t;
+}
+
+void srv_sched_get_stats(srv_sched *s, srv_sched_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    out->held = s->held;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- step thread: finishing and groups ---------------------------------------- */
+
+static int cancelled(srv_session *x) { return atomic_load(&x->cancel); }
+
+/* Records that x stops here (published later); its sequence goes to the
+ * prefix cache. */
+static void finish(srv_sched *s, srv_session *x, srv_finish why) {
+    if (x->state == SRV_ST_DONE) return;
+    if (x->seq.pool) srv_cache_insert(&s->cache, &x->seq); /* frees it when not worth keeping */
+    latent_seq_free(&x->seq);
+    x->state = SRV_ST_DONE;
+    x->done_reason = why;
+    if (GROW(s->done, s->cap_done, s->n_done + 1) == 0) s->done[s->n_done++] = x;
+    else srv_log(SRV_LOG_ERROR, "scheduler: out of memory publishing a finished session");
+}
+
+static void fail(srv_sched *s, srv_session *x, const char *msg) {
+    pthread_mutex_lock(&s->mu);
+    snprintf(x->err, sizeof x->err, "%.150s", msg);
+    pthread_mutex_unlock(&s->mu);
+    latent_seq_free(&x->seq); /* not cached: its state may be half-written */
+    finish(s, x, SRV_FINISH_ERROR);
+}
+
+/* The leader x leaves before its followers forked: the first follower still
+ * waiting takes over the group (and x's prompt state: same prompt). Returns
+ * the new leader or NULL. */
+static srv_session *promote(srv_session *x) {
+    srv_session *nl = NULL;
+    for (int i = 0; i < x->n_followers && !nl; i++) {
+        srv_session *f = x->followers[i];
+        if ((f->state == SRV_ST_WAITING || f->state == SRV_ST_WAIT_FORK) && !cancelled(f)) nl = f;
+    }
+    if (!nl) return NULL;
+    nl->leader = NULL;
+    nl->followers = x->followers, nl->n_followers = x->n_followers;
+    x->followers = NULL, x->n_followers = 0;
+    for (int i = 0; i < nl->n_followers; i++)
+        if (nl->followers[i] != nl) nl->followers[i]->leader = nl;
+    if (x->state == SRV_ST_PREFILL) {
+        latent_seq_free(&nl->seq);
+        nl->seq = x->seq;
+        memset(&x->seq, 0, sizeof x->seq);
+        nl->reused = x->reused;
+    }
+    nl->state = x->state == SRV_ST_WAITING ? SRV_ST_WAITING : SRV_ST_PREFILL;
+    return nl;
+}
+
+static int is_follower_of(srv_session *f, srv_session *l) { return f != l && f->leader == l; }
+
+/* Acts on the loop's cancellations: waiting groups lose members (a cancelled
+ * leader hands the group over), running sessions finish. */
+static void handle_cancelled(srv_sched *s) {
+    for (int i = 0; i < s->n_wait; i++) {
+        srv_session *g = s->wait[i];
+        for (int j = 0; j < g->n_followers; j++) {
+            srv_session *f = g->followers[j];
+            if (is_follower_of(f, g) && f->state == SRV_ST_WAITING && cancelled(f)) finish(s, f, SRV_FINISH_CANCELLED);
+        }
+        if (!cancelled(g)) continue;
+        srv_session *nl = promote(g);
+        finish(s, g, SRV_FINISH_CANCELLED);
+        if (nl) {
+            s->wait[i] = nl;
+        } else {
+            memmove(&s->wait[i], &s->wait[i + 1], (size_t)(s->n_wait - i - 1) * sizeof *s->wait);
+            s->n_wait--, i--;
+        }
+    }
+    for (int i = 0; i < s->n_running; i++) {
+        srv_session *x = s->running[i];
+        if (x->state == SRV_ST_DONE || !cancelled(x)) continue;
+        if (x->state == SRV_ST_PREFILL) promote(x);
+        finish(s, x, SRV_FINISH_CANCELLED);
+    }
+}
+
+static void compact_running(srv_sched *s) {
+    int k = 0;
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i]->state != SRV_ST_DONE) s->running[k++] = s->running[i];
+    s->n_running = k;
+}
+
+/* ---- step thread: admission --------------------------------------------------- */
+
+/* Pages x may still take from the pool before it finishes. */
+static int future_pages(const srv_sched *s, const srv_session *x) {
+    int all = pages_for(s, x->n_prompt + x->max_tokens);
+    switch (x->state) {
+    case SRV_ST_PREFILL:
+    case SRV_ST_DECODE:
+        return all > x->seq.n_pages ? all - x->seq.n_pages : 0;
+    case SRV_ST_WAIT_FORK:
+        return all - x->n_prompt / s->o.page_tokens;
+    default:
+        return 0;
+    }
+}
+
+static int committed_pages(const srv_sched *s) {
+    int c = 0;
+    for (int i = 0; i < s->n_running; i++) c += future_pages(s, s->running[i]);
+    return c;
+}
+
+static int group_size(srv_session *g) {
+    int n = 1;
+    for (int i = 0; i < g->n_followers; i++)
+        if (is_follower_of(g->followers[i], g) && g->followers[i]->state == SRV_ST_WAITING) n++;
+    return n;
+}
+
+/* The length a fork from a cached sequence of `avail` tokens can keep of a
+ * `match`-token common prefix: recurrent state is known only at page
+ * boundaries and at the sequence's end. */
+static int keepable(const srv_sched *s, int match, int avail) {
+    if (s->cfg->rec == LATENT_REC_NONE || match == avail) return match;
+    return match / s->o.page_tokens * s->o.page_tokens;
+}
+
+static int start_session(srv_sched *s, srv_session *x, srv_session *leader, double now) {
+    x->hist = malloc(((size_t)x->n_prompt + x->max_tokens + 1) * sizeof *x->hist);
+    if (!x->hist) return -1;
+    memcpy(x->hist, x->prompt, (size_t)x->n_prompt * sizeof *x->hist);
+    latent_rng_seed(&x->rng, x->seed);
+    x->state = leader ? SRV_ST_WAIT_FORK : SRV_ST_PREFILL;
+    pthread_mutex_lock(&s->mu);
+    x->t_admit = now;
+    pthread_mutex_unlock(&s->mu);
+    if (!leader && latent_seq_init(&x->seq, &s->pool, s->cfg, NULL) != 0) return -1;
+    s->running[s->n_running++] = x;
+    return 0;
+}
+
+/* Admits waiting groups in FIFO order while slots and pages allow. */
+static void admit(srv_sched *s) {
+    uint8_t flow = (uint8_t)latent_engine_flow(s->cfg, 1);
+    while (s->n_wait > 0) {
+        srv_session *g = s->wait[0];
+        int n = group_size(g);
+        if (s->n_running > 0 && s->n_running + n > s->o.max_sessions) return;
+        int entry = -1, keep = 0, need;
+        for (;;) {
+            entry = -1, keep = 0;
+            if (g->use_cache) {
+                int match = srv_cache_match(&s->cache, g->prompt, g->n_prompt - 1, flow, &entry);
+                if (entry >= 0) keep = keepable(s, match, s->cache.entries[entry].seq.n_pos);
+                if (keep == 0) entry = -1;
+            }
+            int all = pages_for(s, g->n_prompt + g->max_tokens);
+            need = all - keep / s->o.page_tokens + (n - 1) * (all - g->n_prompt / s->o.page_tokens);
+            if (need <= s->pool.n_free - committed_pages(s)) break;
+            if (!srv_cache_evict_lru(&s->cache)) {
+                if (s->n_running > 0) return; /* wait for pages */
+                /* Nothing runs and nothing is cached: it can never fit. The loop
+                 * checks this at submission; this is the backstop. */
+                memmove(&s->wait[0], &s->wait[1], (size_t)(s->n_wait - 1) * sizeof *s->wait);
+                s->n_wait--;
+                fail(s, g, "the request needs more KV pages than the pool has");
+                for (int i = 0; i < g->n_followers; i++)
+                    if (is_follower_of(g->followers[i], g)) fail(s, g->followers[i], "the request needs more KV pages than the pool has");
+                goto next;
+            }
+        }
+        if (GROW(s->running, s->cap_running, s->n_running + n) != 0) return;
+        memmove(&s->wait[0], &s->wait[1], (size_t)(s->n_wait - 1) * sizeof *s->wait);
+        s->n_wait--;
+        double now = now_s();
+        if (start_session(s, g, NULL, now) != 0) {
+            fail(s, g, "out of memory");
+        } else if (entry >= 0) {
+            latent_err err;
+            int got = latent_seq_fork(&g->seq, &s->cache.entries[entry].seq, keep, &err);
+            if (got < 0) {
+                latent_seq_free(&g->seq);
+                latent_seq_init(&g->seq, &s->pool, s->cfg, NULL);
+            } else {
+                g->reused = got;
+                s->reused_tokens += got;
+                srv_cache_touch(&s->cache, entry);
+            }
+        }
+        for (int i = 0; i < g->n_followers; i++) {
+            srv_session *f = g->followers[i];
+            if (!is_follower_of(f, g) || f->state != SRV_ST_WAITING) continue;
+            if (start_session(s, f, g, now) != 0) fail(s, f, "out of memory");
+        }
+    next:;
+    }
+}
+
+/* ---- step thread: one step ------------------------------------------------------ */
+
+static void stage_event(srv_sched *s, srv_session *x, const srv_event *ev) {
+    if (GROW(s->stage, s->cap_stage, s->n_stage + 1) != 0) return;
+    s->stage[s->n_stage].sess = x;
+    s->stage[s->n_stage].ev = *ev;
+    s->n_stage++;
+}
+
+typedef struct {
+    srv_sched *s;
+    int per;
+} samp_job;
+
+static void sample_one(srv_sched *s, srv_session *x, void *scratch) {
+    latent_sampler_params sp = x->sp;
+    sp.n_top_logprobs = x->logprobs > 0 ? x->logprobs - 1 : 0;
+    /* OpenAI counts presence/frequency over generated tokens; a repetition
+     * penalty (vLLM, llama.cpp) looks at the prompt as well. */
+    const int32_t *h = x->hist + x->n_prompt;
+    int nh = x->n_gen;
+    if (sp.repetition_penalty != 1.0f) h = x->hist, nh = x->n_prompt + x->n_gen;
+    latent_sampler_sample_scratch(&sp, &x->rng, x->logits, s->cfg->vocab, h, nh, &x->sample, scratch);
+}
+
+static void samp_task(void *ctx, int task) {
+    samp_job *j = ctx;
+    int lo = task * j->per, hi = lo + j->per > j->s->n_samp ? j->s->n_samp : lo + j->per;
+    for (int i = lo; i < hi; i++) sample_one(j->s, j->s->samp[i], j->s->scratch[task]);
+}
+
+static int is_stop_id(const srv_session *x, int32_t t) {
+    for (int i = 0; i < x->n_stop_ids; i++)
+        if (x->stop_ids[i] == t) return 1;
+    return 0;
+}
+
+/* After a sample: the event, then finish or queue the token for the next step. */
+static void take_token(srv_sched *s, srv_session *x, double now) {
+    const latent_sample *smp = &x->sample;
+    int32_t t = smp->token;
+    if (t < 0) {
+        fail(s, x, "sampling failed");
+        return;
+    }
+    x->hist[x->n_prompt + x->n_gen++] = t;
+    s->generated_tokens++;
+    int stop = !x->ignore_eos && is_stop_id(x, t);
+    srv_event ev = {.token = t, .kind = stop ? SRV_EV_EOS : SRV_EV_TOKEN, .n_top = -1, .t = now};
+    if (x->logprobs) {
+        ev.logprob = smp->logprob;
+        ev.n_top = (int8_t)smp->n_top;
+        memcpy(ev.top_ids, smp->top_ids, smp->n_top * sizeof *ev.top_ids);
+        memcpy(ev.top_lps, smp->top_logprobs, smp->n_top * sizeof *ev.top_lps);
+    }
+    stage_event(s, x, &ev);
+    if (stop) finish(s, x, SRV_FINISH_STOP);
+    else if (x->n_gen >= x->max_tokens) finish(s, x, SRV_FINISH_LENGTH);
+    else x->pending = t, x->state = SRV_ST_DECODE;
+}
+
+/* Echo with logprobs: row i of a prefill chunk starting at p0 predicts
+ * prompt token p0 + i + 1. */
+static void prompt_logprobs(srv_sched *s, srv_session *x, int p0, int n, const float *rows) {
+    int V = s->cfg->vocab, k = x->logprobs > 0 ? x->logprobs - 1 : 0;
+    if (p0 == 0) {
+        srv_event ev = {.token = x->prompt[0], .kind = SRV_EV_PROMPT, .n_top = -1};
+        stage_event(s, x, &ev);
+    }
+    latent_sampler_params sp;
+    latent_sampler_defaults(&sp);
+    sp.temperature = 0, sp.n_top_logprobs = k;
+    float *row = s->logits + s->cap_logits - V; /* the buffer's spare last row */
+    for (int i = 0; i < n && p0 + i + 1 < x->n_prompt; i++) {
+        memcpy(row, rows + (size_t)i * V, V * sizeof(float));
+        latent_sample smp;
+        int32_t best = latent_sampler_sample_scratch(&sp, NULL, row, V, NULL, 0, &smp, s->scratch[0]);
+        int32_t t = x->prompt[p0 + i + 1];
+        srv_event ev = {.token = t, .kind = SRV_EV_PROMPT, .n_top = (int8_t)smp.n_top};
+        ev.logprob = best >= 0 ? smp.logprob + row[t] - row[best] : 0;
+        memcpy(ev.top_ids, smp.top_ids, smp.n_top * sizeof *ev.top_ids);
+        memcpy(ev.top_lps, smp.top_logprobs, smp.n_top * sizeof *ev.top_lps);
+        stage_event(s, x, &ev);
+    }
+}
+
+static void run_step(srv_sched *s) {
+    const int V = s->cfg->vocab;
+    int n = 0, rows = 0, n_decode = 0;
+    size_t logit_rows = 1; /* one spare row for prompt logprobs */
+    if (GROW(s->entries, s->cap_entries, s->n_running) != 0 || GROW(s->entry_sess, s->cap_entry_sess, s->n_running) != 0) return;
+    /* Decode tokens first: running sessions are never starved by prefill. */
+    for (int i = 0; i < s->n_running; i++) {
+        srv_session *x = s->running[i];
+        if (x->state != SRV_ST_DECODE) continue;
+        s->entries[n] = (latent_batch_entry){.seq = &x->seq, .tokens = &x->pending, .n_tokens = 1, .prompt = 0,
+                                             .logits = LATENT_LOGITS_LAST};
+        s->entry_sess[n++] = x;
+        rows++, n_decode++, logit_rows++;
+    }
+    /* Then prompt chunks, oldest first, under the step's token budget. */
+    for (int i = 0; i < s->n_running && rows < s->o.step_tokens; i++) {
+        srv_session *x = s->running[i];
+        if (x->state != SRV_ST_PREFILL) continue;
+        int left = x->n_prompt - x->seq.n_pos, chunk = s->o.step_tokens - rows;
+        if (chunk > left) chunk = left;
+        if (n_decode > 0 && chunk > s->o.prefill_chunk) chunk = s->o.prefill_chunk;
+        if (x->prompt_logprobs && chunk > 16) chunk = 16;
+        latent_logits_mode mode = x->prompt_logprobs ? LATENT_LOGITS_ALL : chunk == left ? LATENT_LOGITS_LAST : LATENT_LOGITS_NONE;
+        s->entries[n] = (latent_batch_entry){.seq = &x->seq, .tokens = x->prompt + x->seq.n_pos, .n_tokens = chunk,
+                                             .prompt = 1, .logits = mode};
+        s->entry_sess[n++] = x;
+        rows += chunk;
+        logit_rows += mode == LATENT_LOGITS_ALL ? (size_t)chunk : mode == LATENT_LOGITS_LAST ? 1 : 0;
+        /* followers of a leader whose prompt completes get a copy of its row */
+        if (chunk == left)
+            for (int j = 0; j < x->n_followers; j++) logit_rows += is_follower_of(x->followers[j], x);
+    }
+    if (n == 0) return;
+    if (logit_rows * V > s->cap_logits) {
+        float *p = realloc(s->logits, logit_rows * V * sizeof(float));
+        if (!p) {
+            for (int i = 0; i < n; i++) fail(s, s->entry_sess[i], "out of memory for logits");
+            return;
+        }
+        s->logits = p, s->cap_logits = logit_rows * V;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        latent_batch_entry *e = &s->entries[i];
+        if (e->logits == LATENT_LOGITS_NONE) continue;
+        e->out = s->logits + off * V;
+        off += e->logits == LATENT_LOGITS_ALL ? (size_t)e->n_tokens : 1;
+    }
+    int p0[n];
+    for (int i = 0; i < n; i++) p0[i] = s->entries[i].seq->n_pos;
+
+    latent_err err;
+    double t0 = now_s();
+    int rc = latent_engine_step(s->eng, s->entries, n, &err);
+    double dt = now_s() - t0;
+    if (s->on_step) s->on_step(s->arg, dt, rows);
+    if (rc != 0) {
+        s->failed_steps++;
+        srv_log(SRV_LOG_ERROR, "engine step of %d rows failed: %s", rows, err.msg);
+        for (int i = 0; i < n; i++) fail(s, s->entry_sess[i], err.msg);
+        return;
+    }
+
+    /* Collect the sequences to sample; fork followers off completed prompts. */
+    s->n_samp = 0;
+    if (GROW(s->samp, s->cap_samp, s->n_running) != 0) {
+        for (int i = 0; i < n; i++) fail(s, s->entry_sess[i], "out of memory");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        srv_session *x = s->entry_sess[i];
+        latent_batch_entry *e = &s->entries[i];
+        if (e->prompt) {
+            s->prefill_tokens += e->n_tokens;
+            if (x->prompt_logprobs) prompt_logprobs(s, x, p0[i], e->n_tokens, e->out);
+            if (x->seq.n_pos < x->n_prompt) continue;
+            if (x->max_tokens == 0) {
+                finish(s, x, SRV_FINISH_LENGTH);
+                continue;
+            }
+            x->logits = e->logits == LATENT_LOGITS_ALL ? e->out + (size_t)(e->n_tokens - 1) * V : e->out;
+            s->samp[s->n_samp++] = x;
+            for (int j = 0; j < x->n_followers; j++) {
+                srv_session *f = x->followers[j];
+                if (!is_follower_of(f, x) || f->state != SRV_ST_WAIT_FORK) continue;
+                if (latent_seq_init(&f->seq, &s->pool, s->cfg, &err) != 0 ||
+                    latent_seq_fork(&f->seq, &x->seq, x->n_prompt, &err) != x->n_prompt) {
+                    fail(s, f, "cannot fork the prompt state");
+                    continue;
+                }
+                f->state = SRV_ST_PREFILL;
+                f->logits = s->logits + off * V;
+                off++;
+                memcpy(f->logits, x->logits, V * sizeof(float));
+                s->samp[s->n_samp++] = f;
+            }
+        } else {
+            x->logits = e->out;
+            s->samp[s->n_samp++] = x;
+        }
+    }
+    if (s->n_samp > 0) {
+        int tasks = s->n_scratch < s->n_samp ? s->n_scratch : s->n_samp;
+        samp_job j = {s, (s->n_samp + tasks - 1) / tasks};
+        latent_parallel_for(samp_task, &j, tasks);
+    }
+    double now = now_s();
+    for (int i = 0; i < s->n_samp; i++) take_token(s, s->samp[i], now);
+}
+
+/* ---- step thread: publishing ------------------------------------------------------ */
+
+static void push_ready(srv_sched *s, srv_session *x) {
+    if (x->on_ready || x->loop_released) return;
+    x->on_ready = 1;
+    x->refs++;
+    x->ready_next = s->ready_head;
+    s->ready_head = x;
+}
+
+/* Under mu: events into outboxes, finishes, stats. Returns sessions to free
+ * (dropped refs) through *to_free, and whether the loop needs waking. */
+static int publish(srv_sched *s, srv_session ***to_free, int *n_free, int *cap_free) {
+    int woke = 0;
+    for (int i = 0; i < s->n_stage; i++) {
+        srv_session *x = s->stage[i].sess;
+        int w = x->ev_w;
+        if (x->ev_n >= x->ev_cap[w] && grow((void **)&x->ev_buf[w], &x->ev_cap[w], x->ev_n + 1, sizeof(srv_event)) != 0)
+            continue;
+        x->ev_buf[w][x->ev_n++] = s->stage[i].ev;
+        push_ready(s, x);
+        woke = 1;
+    }
+    s->n_stage = 0;
+    for (int i = 0; i < s->n_done; i++) {
+        srv_session *x = s->done[i];
+        x->finish = x->done_reason;
+        push_ready(s, x);
+        woke = 1;
+        s->held--;
+        srv_session *f = unref_locked(x);
+        if (f && GROW(*to_free, *cap_free, *n_free + 1) == 0) (*to_free)[(*n_free)++] = f;
+    }
+    s->n_done = 0;
+    srv_sched_stats *st = &s->stats;
+    st->waiting = 0;
+    for (int i = 0; i < s->n_wait; i++) st->waiting += group_size(s->wait[i]);
+    st->running = s->n_running;
+    st->pages_total = s->pool.n_pages;
+    st->pages_free = s->pool.n_free;
+    st->pages_cached = srv_cache_pages(&s->cache);
+    st->cache_entries = s->cache.n;
+    st->prefill_tokens = s->prefill_tokens;
+    st->reused_tokens = s->reused_tokens;
+    st->generated_tokens = s->generated_tokens;
+    st->failed_steps = s->failed_steps;
+    st->engine = *latent_engine_get_stats(s->eng);
+    return woke;
+}
+
+static void *step_main(void *arg) {
+    srv_sched *s = arg;
+    srv_session **to_free = NULL;
+    int n_free = 0, cap_free = 0;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        /* Take new groups into the FIFO. */
+        for (srv_session *g = s->inbox_head, *nx; g; g = nx) {
+            nx = g->next;
+            if (GROW(s->wait, s->cap_wait, s->n_wait + 1) != 0) break; /* retried next round */
+            s->wait[s->n_wait++] = g;
+            s->inbox_head = nx;
+        }
+        if (!s->inbox_head) s->inbox_tail = NULL;
+        s->cancel_pending = 0;
+        pthread_mutex_unlock(&s->mu);
+
+        handle_cancelled(s);
+        admit(s);
+        compact_running(s);
+        int worked = s->n_running > 0;
+        if (worked) run_step(s);
+        compact_running(s);
+
+        pthread_mutex_lock(&s->mu);
+        n_free = 0;
+        int woke = publish(s, &to_free, &n_free, &cap_free);
+        if (woke && s->wake) s->wake(s->arg);
+        if (n_free) {
+            pthread_mutex_unlock(&s->mu);
+            for (int i = 0; i < n_free; i++) srv_session_free(to_free[i]);
+            pthread_mutex_lock(&s->mu);
+        }
+        if (!worked && !s->inbox_head && !s->cancel_pending && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(to_free);
+    return NULL;
+}
+
+void srv_sched_free(srv_sched *s) {
+    if (!s) return;
+    if (s->started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+    }
+    /* Everything still held ends as cancelled (the thread is gone: this thread may touch it all). */
+    for (srv_session *g = s->inbox_head, *nx; g; g = nx) {
+        nx = g->next;
+        if (GROW(s->wait, s->cap_wait, s->n_wait + 1) == 0) s->wait[s->n_wait++] = g;
+    }
+    s->inbox_head = s->inbox_tail = NULL;
+    for (int i = 0; i < s->n_wait; i++) {
+        srv_session *g = s->wait[i];
+        for (int j = 0; j < g->n_followers; j++)
+            if (is_follower_of(g->followers[j], g)) finish(s, g->followers[j], SRV_FINISH_CANCELLED);
+        finish(s, g, SRV_FINISH_CANCELLED);
+    }
+    s->n_wait = 0;
+    for (int i = 0; i < s->n_running; i++) finish(s, s->running[i], SRV_FINISH_CANCELLED);
+    s->n_running = 0;
+    srv_session **to_free = NULL;
+    int n_free = 0, cap_free = 0;
+    pthread_mutex_lock(&s->mu);
+    publish(s, &to_free, &n_free, &cap_free);
+    /* Sessions left on the ready list keep their reference until the loop takes them. */
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n_free; i++) srv_session_free(to_free[i]);
+    free(to_free);
+    srv_cache_free(&s->cache);
+    latent_engine_free(s->eng);
+    latent_kv_pool_free(&s->pool);
+    for (int i = 0; s->scratch && i < s->n_scratch; i++) free(s->scratch[i]);
+    free(s->scratch);
+    free(s->wait), free(s->running), free(s->entries), free(s->entry_sess), free(s->logits);
+    free(s->samp), free(s->stage), free(s->done);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}

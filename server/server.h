@@ -1,0 +1,65 @@
+/* The daemon's state, owned by the loop thread: settings, the model, the
+ * chat template, the scheduler, the HTTP layer, metrics, and the generation
+ * requests in flight. */
+#ifndef SRV_SERVER_H
+#define SRV_SERVER_H
+
+#include <uv.h>
+
+#include "chat_template.h"
+#include "config.h"
+#include "http.h"
+#include "latent/model.h"
+#include "metrics.h"
+#include "scheduler.h"
+
+typedef struct srv_gen srv_gen;
+
+typedef struct srv_ctx {
+    srv_config cfg;
+    uv_loop_t *loop;
+    char *served_name;
+    char listen_desc[256];
+    srv_chat_template tmpl;
+    latent_model model;
+    int ready;                /* model loaded, scheduler running */
+    int eot_id;               /* the chat template's end-of-turn token, or -1 */
+    srv_sched *sched;
+    srv_http *http;
+    srv_metrics metrics;
+    uv_async_t wake;          /* the step thread's "tokens are ready" */
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t keepalive_timer, watchdog_timer, drain_timer;
+    uv_work_t load_work;
+    latent_err load_err;
+    int load_rc;
+    int draining;
+    double drain_deadline;
+    int grace_expired;
+    int stopping;
+    srv_gen *gens;            /* generation requests in flight (linked) */
+    int n_gens;
+    srv_session **ready_list;
+    int ready_cap;
+    int exit_code;
+} srv_ctx;
+
+/* routes.c: the HTTP callbacks. */
+void srv_routes_on_request(void *ud, srv_conn *c);
+void srv_routes_on_abort(void *ud, srv_conn *c);
+void srv_routes_on_close(void *ud, srv_conn *c);
+
+/* generate.c: completions and chat completions. */
+void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat);
+/* Resumed request: queue the finished response. */
+void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g);
+void srv_gen_abort(srv_ctx *x, srv_gen *g);
+void srv_gen_close(srv_ctx *x, srv_gen *g);
+/* The step thread published tokens (uv_async). */
+void srv_gen_on_wake(uv_async_t *a);
+/* Keep-alive comments for streams that have been quiet (uv_timer). */
+void srv_gen_keepalive(srv_ctx *x);
+/* Grace period over: ends every request still running. */
+void srv_gen_cancel_all(srv_ctx *x);
+
+#endif
