@@ -14,7 +14,7 @@
 #   7. models/default/README.md written with the numbers of this run
 #
 # usage: models/make_default.sh            (about half an hour on 2 cores)
-# env:   STEPS (default 400), WORK (build/default-model), OUT (models/default),
+# env:   STEPS (default 450), WORK (build/default-model), OUT (models/default),
 #        THREADS (all cores), LATENT (build/latent), PYTHON (/usr/bin/python3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,7 +23,7 @@ PY=${PYTHON:-/usr/bin/python3}
 latent=${LATENT:-build/latent}
 work=${WORK:-build/default-model}
 out=${OUT:-models/default}
-steps=${STEPS:-400}
+steps=${STEPS:-450}
 threads=${THREADS:-}
 seed=1
 
