@@ -365,6 +365,10 @@ int cmd_train(int argc, char **argv) {
     latent_model m;
     if (latent_model_load(&m, model_dir, &err) != 0) return cli_fail("train: %s", err.msg);
     const latent_config *c = &m.cfg;
+    if (a.seq > c->max_pos) {
+        latent_model_free(&m);
+        return cli_fail("train: --seq %ld exceeds the model's max_position_embeddings (%d)", a.seq, c->max_pos);
+    }
     int mode = a.mode >= 0 ? a.mode
                : c->rec == LATENT_REC_T2MLR ? LATENT_TRAIN_JACOBI
                : c->rec == LATENT_REC_LRT ? LATENT_TRAIN_LRT
@@ -392,7 +396,7 @@ int cmd_train(int argc, char **argv) {
     latent_train_shape sh = {mode, (int)a.batch, (int)a.seq, (int)a.D, (int)a.K, (int)a.S};
     if (!(t = latent_trainer_new(&m, &sh, &err)) || latent_weights_alloc(&g, c, &err) != 0 ||
         latent_optim_init(&opt, c, &a.o, &err) != 0) {
-        rc = cli_fail("train: %s", err.msg);
+        rc = cli_fail("%s", err.msg);
         goto done;
     }
     if (mode == LATENT_TRAIN_PLAIN)
