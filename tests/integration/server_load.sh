@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# latentd under concurrency and abuse: 64 concurrent streams give the texts
+# the same requests give one at a time (greedy), n > 1 forks of one prompt
+# state, overload answered with 429 + Retry-After within a bounded number of
+# live sessions, clients leaving in the queue / mid-prefill / mid-decode leave
+# no session behind (checked via /metrics), malformed HTTP and JSON answered
+# while the server keeps serving, and prefix reuse equal to a cold start.
+# env: LATENT_BUILD, LATENT_ROOT, PYTHON.
+set -u
+root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+build=${LATENT_BUILD:-$root/build}
+. "$root/tests/server/lib.sh"
+client=$root/tests/server/client.py
+
+model=$tmp/t2mlr
+"$root/tests/make_test_model.sh" "$model" t2mlr >/dev/null
+"$PY" "$root/tests/ref/make_model.py" --out "$tmp/plain" --kind plain --seed 7 >/dev/null
+
+# A small step budget makes concurrent requests mix decode tokens and prefill chunks in one step.
+start_server A "$model" --step-tokens 48 --prefill-chunk 8 --max-sessions 64 || exit 1
+check "64 concurrent streams equal one at a time" "$PY" "$client" concurrency "$URL_A" 64
+check "n > 1 forks the prompt state" "$PY" "$client" n-equal "$URL_A"
+check "malformed HTTP and JSON" "$PY" "$client" malformed "$URL_A"
+stop_server A
+check "clean exit after the abuse" test "$STOP_RC" = 0
+
+# Few slots, a short queue, a small pool: overload must turn into 429s, not memory.
+start_server B "$model" --max-sessions 2 --queue-len 3 --kv-pool-mib 4 --keepalive-seconds 0.2 || exit 1
+check "overload: 429 with Retry-After, bounded sessions" "$PY" "$client" overload "$URL_B" 24 5
+used=$(metric "$URL_B" latentd_kv_pages_used); total=$(metric "$URL_B" latentd_kv_pages_total)
+check "KV pages used never exceed the pool ($used of $total)" "$PY" -c "assert 0 <= $used <= $total"
+stop_server B
+
+# Clients that leave: a slow step (tiny budget) keeps a long prompt in prefill for a while.
+start_server C "$model" --max-sessions 1 --step-tokens 2 --prefill-chunk 2 --keepalive-seconds 0.2 --max-tokens 2000 || exit 1
+check "client leaves mid-prefill" "$PY" "$client" disconnect "$URL_C" prefill
+check "client leaves mid-decode (stream)" "$PY" "$client" disconnect "$URL_C" decode
+check "client leaves mid-decode (non-streaming)" "$PY" "$client" disconnect "$URL_C" decode-nonstream
+check "client leaves while queued (after keep-alive comments)" "$PY" "$client" disconnect "$URL_C" queue
+cancelled=$(metric "$URL_C" latentd_cancelled_sequences_total)
+check "cancelled sequences were counted ($cancelled)" "$PY" -c "assert $cancelled >= 4"
+check "aborted requests counted as 499" bash -c "curl -s -m 5 $URL_C/metrics | grep -q 'status=\"499\"'"
+stop_server C
+
+# Prefix reuse vs a cold start, for a recurrent and a plain model.
+for m in "$model" "$tmp/plain"; do
+    start_server W "$m" --page-tokens 8 || exit 1
+    start_server K "$m" --page-tokens 8 --prefix-cache 0 || exit 1
+    check "prefix reuse equals a cold start ($(basename "$m"))" "$PY" "$client" prefix "$URL_W" "$URL_K"
+    stop_server W; stop_server K
+done
+
+finish
