@@ -498,6 +498,11 @@ def cmd_drain(url, pid, grace_case="finish", n_tok="3000"):
           ("finished" if grace_case == "finish" else "ended with an error event at the grace period"))
 
 
+def cmd_wait_idle(url):
+    wait_idle(url)
+    print("no session alive")
+
+
 def cmd_sdnotify(sock_path, seconds):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(sock_path)
