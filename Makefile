@@ -132,7 +132,7 @@ $(BUILD)/latent-bench: $(BUILD)/obj/clients/latent-bench.o
 # libFuzzer target for the request parser/validator (clang; run by tests/integration/server_fuzz.sh).
 build/fuzz/fuzz_request: $(FUZZ_SRC) $(wildcard server/*.h) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Iserver \
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -Iserver \
 	    $(shell pkg-config --cflags jansson 2>/dev/null) -o $@ $(FUZZ_SRC) $(shell pkg-config --libs jansson 2>/dev/null) -lm -lpthread
 fuzz: build/fuzz/fuzz_request
 
