@@ -46,7 +46,7 @@ TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 
 .PHONY: all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz
 
-all: $(BUILD)/latent $(UNIT_BIN) $(BUILD)/latentd
+all: $(BUILD)/latent $(UNIT_BIN) $(BUILD)/latentd $(BUILD)/latent-bench
 
 # Installs missing Debian packages when run as root; otherwise names the command.
 define ensure_debs
