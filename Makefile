@@ -44,6 +44,9 @@ ENGINE_LIB := $(BUILD)/libengine.a
 DEPS_STAMP := build/.deps-$(shell echo $(DEB_BUILD) | md5sum | cut -c1-8)
 TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 
+# Keep object files of pattern chains (tests) instead of deleting them as intermediates.
+.SECONDARY:
+
 .PHONY: all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz
 
 all: $(BUILD)/latent $(UNIT_BIN) $(BUILD)/latentd $(BUILD)/latent-bench
