@@ -7,6 +7,8 @@
  *                        named exp_avg.<param> / exp_avg_sq.<param>),
  *                        trainer.json
  *   OUT/latest -> step-00000100
+ *   OUT/config.json -> latest/config.json, likewise model.safetensors and the
+ *                        tokenizer files: OUT itself loads as the newest model
  *
  * Order of a save: the model directory is written into OUT/.step-N.staging
  * (itself built in a temporary sibling and renamed), the optimizer state and
@@ -202,6 +204,20 @@ int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim 
     if (fsync_dir(out) != 0) {
         latent_err_set(err, "%s: fsync failed: %s", out, strerror(errno));
         goto done;
+    }
+    /* OUT as a model directory: symlinks through `latest` (never replacing a
+     * real file of that name) */
+    static const char *model_files[] = {"config.json", "model.safetensors", NULL};
+    for (int k = 0; k < 2; k++) {
+        const char *const *names = k ? latent_model_side_files : model_files;
+        for (int i = 0; names[i]; i++) {
+            char *in_ckpt = join(final, names[i]), *at_out = join(out, names[i]);
+            char target_rel[256];
+            snprintf(target_rel, sizeof target_rel, "latest/%s", names[i]);
+            struct stat sb;
+            if (in_ckpt && at_out && access(in_ckpt, F_OK) == 0 && lstat(at_out, &sb) != 0) symlink(target_rel, at_out);
+            free(in_ckpt), free(at_out);
+        }
     }
     rc = 0;
     /* keep the newest `keep` checkpoints (by step number) */

@@ -36,6 +36,7 @@ typedef struct blk {          /* one block's saved activations over n rows */
     float *x2;                /* (n, d) after the attention residual */
     float *rs2, *mn;          /* (n), (n, d) MLP RMSNorm */
     float *hg, *hu;           /* (n, ffn) gate and up projections */
+    float *hs;                /* (n, ffn) silu(hg) * hu, the down projection's input */
     float *out;               /* (n, d) output == the next block's x */
     int inject;               /* LRT injection runs in this block */
 } blk;
@@ -74,7 +75,7 @@ struct latent_trainer {
     uint8_t *flow_buf;
 
     /* backward scratch over up to N rows */
-    float *dres, *dres2, *tmp, *da, *dq, *dk, *dv, *dO, *hs, *dhs, *dhg, *dhu, *dkl, *dvl, *kvscr, *fscr;
+    float *dres, *dres2, *tmp, *da, *dq, *dk, *dv, *dO, *dhs, *dhg, *dhu, *dkl, *dvl, *kvscr, *fscr;
 
     chain main;
     head hmain;
@@ -144,7 +145,7 @@ static void chain_layout(latent_trainer *t, carver *cv, chain *ch, int l0, int l
         A->p = take(cv, (size_t)t->B * c->n_heads * nq * t->T);
         A->o = take(cv, n * qd), A->x2 = take(cv, n * d);
         A->rs2 = take(cv, n), A->mn = take(cv, n * d);
-        A->hg = take(cv, n * f), A->hu = take(cv, n * f);
+        A->hg = take(cv, n * f), A->hu = take(cv, n * f), A->hs = take(cv, n * f);
         x = A->out = take(cv, n * d);
     }
     ch->out = x;
@@ -170,7 +171,7 @@ static void trainer_layout(latent_trainer *t, carver *cv) {
     t->rope_sin = take(cv, (size_t)t->T * (c->head_dim / 2));
     t->dres = take(cv, N * d), t->dres2 = take(cv, N * d), t->tmp = take(cv, N * d), t->da = take(cv, N * d);
     t->dq = take(cv, N * qd), t->dk = take(cv, N * kvd), t->dv = take(cv, N * kvd), t->dO = take(cv, N * qd);
-    t->hs = take(cv, N * f), t->dhs = take(cv, N * f), t->dhg = take(cv, N * f), t->dhu = take(cv, N * f);
+    t->dhs = take(cv, N * f), t->dhg = take(cv, N * f), t->dhu = take(cv, N * f);
     int lrt_kv = t->s.mode == LATENT_TRAIN_LRT && c->lrt.kv_injection;
     if (lrt_kv) {
         t->dkl = take(cv, N * kvd), t->dvl = take(cv, N * kvd);
@@ -382,8 +383,8 @@ static void blk_fwd_out(latent_trainer *t, int l, blk *A, const chain *ch) {
     tr_rmsnorm_forward(A->mn, A->rs2, A->x2, L->mlp_norm, n, d, c->rms_eps);
     tr_linear_forward(A->hg, A->mn, L->wg, NULL, n, d, c->ffn);
     tr_linear_forward(A->hu, A->mn, L->wu, NULL, n, d, c->ffn);
-    tr_swiglu_forward(t->hs, A->hg, A->hu, nf);
-    tr_linear_forward(t->tmp, t->hs, L->wd, NULL, n, c->ffn, d);
+    tr_swiglu_forward(A->hs, A->hg, A->hu, nf);
+    tr_linear_forward(t->tmp, A->hs, L->wd, NULL, n, c->ffn, d);
     tr_residual_forward(A->out, A->x2, t->tmp, nd);
 }
 
@@ -404,10 +405,9 @@ static void blk_bwd_out(latent_trainer *t, int l, const blk *A, const chain *ch,
     const latent_layer *L = &t->m->w.layers[l];
     int n = ch->n, d = c->d, qd = latent_config_q_dim(c), f = c->ffn;
     size_t nf = (size_t)n * f;
-    /* out = x2 + hs Wd^T, hs = silu(hg) * hu (recomputed) */
-    tr_swiglu_forward(t->hs, A->hg, A->hu, nf);
+    /* out = x2 + hs Wd^T, hs = silu(hg) * hu */
     memset(t->dhs, 0, nf * sizeof(float));
-    tr_linear_backward(t->dhs, G->wd, NULL, t->dres, t->hs, L->wd, n, f, d);
+    tr_linear_backward(t->dhs, G->wd, NULL, t->dres, A->hs, L->wd, n, f, d);
     memset(t->dhg, 0, nf * sizeof(float));
     memset(t->dhu, 0, nf * sizeof(float));
     tr_swiglu_backward(t->dhg, t->dhu, t->dhs, A->hg, A->hu, nf);

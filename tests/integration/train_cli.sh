@@ -82,8 +82,9 @@ EOF
     ls -d "$out"/step-* | xargs -n1 basename | tr '\n' ' ' >"$tmp/ck"
     [ "$(cat "$tmp/ck")" = "step-00000006 step-00000007 " ] && [ "$(readlink "$out/latest")" = step-00000007 ] \
         && ok "checkpoints: newest two kept, latest -> step-00000007" || fail "checkpoints: $(cat "$tmp/ck") latest=$(readlink "$out/latest")"
-    if "$latent" generate --model "$out/latest" --prompt "hello" -n 4 >/dev/null 2>"$tmp/gen.err"; then
-        ok "the checkpoint loads and generates"
+    if "$latent" generate --model "$out/latest" --prompt "hello" -n 4 >"$tmp/g1" 2>"$tmp/gen.err" &&
+       "$latent" generate --model "$out" --prompt "hello" -n 4 >"$tmp/g2" 2>>"$tmp/gen.err" && cmp -s "$tmp/g1" "$tmp/g2"; then
+        ok "the checkpoint loads and generates, and OUT itself loads as the newest model"
     else fail "generate from the checkpoint" "$(head -c 300 "$tmp/gen.err")"; fi
 else
     fail "training run" "$(tail -n 5 "$tmp/run1.log")"
