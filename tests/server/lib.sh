@@ -60,6 +60,10 @@ stop_server() {
     if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; STOP_RC=killed; return 1; fi
     wait "$pid" 2>/dev/null
     STOP_RC=$?
+    local logvar=LOG_$1
+    if grep -q "Sanitizer" "${!logvar}" 2>/dev/null; then
+        fail "server $1: sanitizer report" "$(grep -A 12 Sanitizer "${!logvar}" | head -n 30)"
+    fi
 }
 
 # metric URL NAME: a metric's value from /metrics (first line that matches exactly).
