@@ -112,7 +112,9 @@ void tr_linear_forward(float *out, const float *x, const float *w, const float *
                     int out_dim) {
     /* Rows split over the threads; each task reads all of W (it stays in cache). */
     int threads = latent_get_threads();
-    int tasks = n >= 32 * threads ? threads : 1;
+    /* Two row chunks per thread: the caller takes over what a descheduled worker
+     * has not claimed (the machine is shared). */
+    int tasks = n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
     lin_fwd_job j = {out, x, w, bias, n, in_dim, out_dim, (n + tasks - 1) / tasks};
     latent_parallel_for(lin_fwd_task, &j, tasks);
 }
@@ -155,7 +157,7 @@ void tr_linear_backward(float *dx, float *dw, float *dbias, const float *dout, c
     lin_bwd_job j = {dx, dw, dbias, dout, x, w, n, in_dim, out_dim, 0, 1, 1};
     int dw_tasks = 0;
     if (dx) {
-        j.dx_tasks = n >= 32 * threads ? threads : 1;
+        j.dx_tasks = n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
         j.dx_chunk = (n + j.dx_tasks - 1) / j.dx_tasks;
     }
     if (dw || dbias) {
