@@ -142,9 +142,11 @@ fuzz: build/fuzz/fuzz_request
 bench: all
 	$(BUILD)/latent bench
 
+# Serves models/default on 127.0.0.1:8080 (a small random T2MLR model is
+# written there first if the directory has no model yet).
 run: all | $(TEST_STAMP)
-	@tests/make_test_model.sh build/run-model
-	$(BUILD)/latent generate --model build/run-model --prompt "The quick brown fox" -n 32
+	@tests/make_test_model.sh models/default t2mlr
+	$(BUILD)/latentd --model models/default --host 127.0.0.1 --port 8080
 
 clean:
 	rm -rf build
