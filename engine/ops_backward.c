@@ -623,12 +623,10 @@ static void split_rows(void *ctx, int r0, int r1) {
 void tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
                             const float *h, const float *R, t2mlr_fuse_w w, const uint8_t *flow, float *scratch,
                             int n, int d) {
-    /* scratch: dpre_r, dpre_c (n, d each) | dz (n, 2d); du and the per-row
-     * partial sums of the gamma gradients in small allocations */
+    /* scratch: dpre_r, dpre_c (n, d each) | dz (n, 2d) | du (n, d) | the
+     * per-row partial sums of the gamma gradients (2n) */
     float *dpre_r = scratch, *dpre_c = scratch + (size_t)n * d, *dz = scratch + (size_t)2 * n * d;
-    float *du = malloc((size_t)n * d * sizeof(float));
-    float *part = malloc((size_t)2 * n * sizeof(float));
-    if (!du || !part) abort();
+    float *du = scratch + (size_t)4 * n * d, *part = scratch + (size_t)5 * n * d;
     fuse_job j = {.dh = dh, .du = du, .dpre_r = dpre_r, .dpre_c = dpre_c, .part_r = part, .part_c = part + n,
                   .a = a, .h = h, .dout = dout, .flow = flow, .tr = tanhf(w.gamma_rec[0]),
                   .tc = tanhf(w.gamma_cur[0]), .d = d};
@@ -646,8 +644,6 @@ void tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *d
     tr_par_rows(split_rows, &sj, n);
     /* u = R W_rec^T */
     tr_linear_backward(dR, g.w_rec, NULL, du, R, w.w_rec, n, d, d);
-    free(du);
-    free(part);
 }
 
 typedef struct {

@@ -198,7 +198,7 @@ static void trainer_layout(latent_trainer *t, carver *cv) {
         t->Rscr[0] = take(cv, N * d), t->Rscr[1] = take(cv, N * d);
         t->M = take(cv, N * d), t->dX = take(cv, N * d), t->dR = take(cv, N * d), t->dR2 = take(cv, N * d);
         t->dM = take(cv, N * d);
-        t->fscr = take(cv, N * 4 * d);
+        t->fscr = take(cv, N * (5 * d + 2));
     } else {
         t->main.b = next, next += L;
         chain_layout(t, cv, &t->main, 0, (int)L - 1, t->T, 0, 0, 0);

@@ -95,7 +95,8 @@ typedef struct t2mlr_fuse_g {
 } t2mlr_fuse_g;
 void tr_t2mlr_fuse_forward(float *out, const t2mlr_fuse_acts *a, const float *h, const float *R, t2mlr_fuse_w w,
                            const uint8_t *flow, int n, int d);
-/* dh += , dR += (dR may be NULL), weight grads into g; scratch (n, 4d). */
+/* dh += , dR += (dR may be NULL), weight grads into g; scratch holds
+ * n * (5d + 2) floats. */
 void tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
                             const float *h, const float *R, t2mlr_fuse_w w, const uint8_t *flow, float *scratch,
                             int n, int d);

@@ -341,7 +341,7 @@ static void test_fuse(void) {
     uint8_t flow[7] = {2, 2, 1, 2, 2, 1, 2};
     fuse_ctx c = {&ins[0], &ins[1], &ins[2], &ins[3], &ins[4], &ins[5], &ins[6], &ins[7], &ins[8], flow, n, d};
     float *u = malloc(n * d * 4), *z = malloc(n * 2 * d * 4), *sr = malloc(n * d * 4), *sc = malloc(n * d * 4);
-    float *out = malloc(n * d * 4), *scratch = malloc(n * 4 * d * 4);
+    float *out = malloc(n * d * 4), *scratch = malloc(n * (5 * d + 2) * 4);
     t2mlr_fuse_acts a = {u, z, sr, sc};
     t2mlr_fuse_w w = {ins[2].f, ins[3].f, ins[4].f, ins[5].f, ins[6].f, ins[7].f, ins[8].f};
     t2mlr_fuse_g g = {ins[2].g, ins[3].g, ins[4].g, ins[5].g, ins[6].g, ins[7].g, ins[8].g};
