@@ -357,6 +357,10 @@ int cmd_train(int argc, char **argv) {
         }
     }
     if (!resuming && !a.model) return cli_fail("train: --model DIR is required");
+    struct stat lst;
+    if (!resuming && lstat(latest, &lst) == 0)
+        return cli_fail("train: %s already holds checkpoints (%s); pass --resume to continue them or choose another --out",
+                        a.out, latest);
     const char *model_dir = resuming ? ckpt : a.model;
     latent_model m;
     if (latent_model_load(&m, model_dir, &err) != 0) return cli_fail("train: %s", err.msg);

@@ -90,6 +90,8 @@ else
     fail "training run" "$(tail -n 5 "$tmp/run1.log")"
 fi
 
+expect_fail "a fresh run into OUT with checkpoints" "resume" -- "$latent" train --model "$tmp/t2" --data "$tmp/train.bin" --out "$tmp/run1" "${base[@]}"
+
 # --- §5 window order: with lr 0 every step's loss is the loss of its windows ----
 out=$tmp/order
 if "$latent" train --model "$tmp/plain" --data "$tmp/short.bin" --out "$out" --steps 6 --batch 3 --seq 8 --lr 0 \
