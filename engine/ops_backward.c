@@ -167,6 +167,79 @@ void tr_linear_backward(float *dx, float *dw, float *dbias, const float *dout, c
     latent_parallel_for(lin_bwd_task, &j, j.dx_tasks + dw_tasks);
 }
 
+#define MULTI_MAX 4
+
+typedef struct {
+    float *const *outs;
+    float *dx;
+    float *const *dws;
+    const float *const *douts;
+    const float *x;
+    const float *const *ws;
+    const int *out_dims;
+    int k, n, in_dim, row_tasks, row_chunk, dw_tasks;
+    int per[MULTI_MAX]; /* dW tasks of each matrix, as tr_linear_backward splits it */
+} multi_job;
+
+static void multi_fwd_task(void *ctx, int task) {
+    const multi_job *j = ctx;
+    int r0 = task * j->row_chunk, r1 = r0 + j->row_chunk > j->n ? j->n : r0 + j->row_chunk;
+    if (r0 >= r1) return;
+    for (int i = 0; i < j->k; i++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, j->out_dims[i], j->in_dim, 1.0f,
+                    j->x + (size_t)r0 * j->in_dim, j->in_dim, j->ws[i], j->in_dim, 0.0f,
+                    j->outs[i] + (size_t)r0 * j->out_dims[i], j->out_dims[i]);
+}
+
+static int row_tasks_for(int n) {
+    int threads = latent_get_threads();
+    return n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
+}
+
+void tr_linear_forward_multi(float *const *outs, const float *x, const float *const *ws, const int *out_dims, int k,
+                             int n, int in_dim) {
+    if (k > MULTI_MAX) abort();
+    int tasks = row_tasks_for(n);
+    multi_job j = {.outs = outs, .x = x, .ws = ws, .out_dims = out_dims, .k = k, .n = n, .in_dim = in_dim,
+                   .row_chunk = (n + tasks - 1) / tasks};
+    latent_parallel_for(multi_fwd_task, &j, tasks);
+}
+
+static void multi_bwd_task(void *ctx, int task) {
+    const multi_job *j = ctx;
+    if (task < j->row_tasks) {
+        /* dx[r0:r1] += douts[i][r0:r1] W_i, i in order */
+        int r0 = task * j->row_chunk, r1 = r0 + j->row_chunk > j->n ? j->n : r0 + j->row_chunk;
+        if (r0 >= r1) return;
+        for (int i = 0; i < j->k; i++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, j->in_dim, j->out_dims[i], 1.0f,
+                        j->douts[i] + (size_t)r0 * j->out_dims[i], j->out_dims[i], j->ws[i], j->in_dim, 1.0f,
+                        j->dx + (size_t)r0 * j->in_dim, j->in_dim);
+        return;
+    }
+    /* dW_i[o0:o1] += douts[i][:, o0:o1]^T x: the weights' rows in chunks, the
+     * same chunks as tr_linear_backward's */
+    task -= j->row_tasks;
+    int i = 0;
+    while (task >= j->per[i]) task -= j->per[i++];
+    int per = j->per[i], part = task;
+    int od = j->out_dims[i], chunk = ((od + per - 1) / per + 15) / 16 * 16;
+    int o0 = part * chunk, o1 = o0 + chunk > od ? od : o0 + chunk;
+    if (o0 >= o1) return;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, j->in_dim, j->n, 1.0f, j->douts[i] + o0, od, j->x,
+                j->in_dim, 1.0f, j->dws[i] + (size_t)o0 * j->in_dim, j->in_dim);
+}
+
+void tr_linear_backward_multi(float *dx, float *const *dws, const float *const *douts, const float *x,
+                              const float *const *ws, const int *out_dims, int k, int n, int in_dim) {
+    if (k > MULTI_MAX) abort();
+    int threads = latent_get_threads(), tasks = row_tasks_for(n);
+    multi_job j = {.dx = dx, .dws = dws, .douts = douts, .x = x, .ws = ws, .out_dims = out_dims, .k = k, .n = n,
+                   .in_dim = in_dim, .row_tasks = tasks, .row_chunk = (n + tasks - 1) / tasks};
+    for (int i = 0; i < k; i++) j.dw_tasks += j.per[i] = out_dims[i] >= 32 * threads ? threads : 1;
+    latent_parallel_for(multi_bwd_task, &j, j.row_tasks + j.dw_tasks);
+}
+
 /* ---- RMSNorm ------------------------------------------------------------ */
 
 typedef struct {

@@ -368,9 +368,10 @@ static void blk_fwd_qkv(latent_trainer *t, int l, blk *A, const chain *ch) {
     if (A->inject && c->lrt.residual_injection)
         tr_lrt_residual_forward(A->xi, A->x, ch->mem, L->lrt_alpha[0], L->lrt_gamma[0], (size_t)n * d);
     tr_rmsnorm_forward(A->a, A->rs1, A->xi, L->attn_norm, n, d, c->rms_eps);
-    tr_linear_forward(A->q, A->a, L->wq, NULL, n, d, qd);
-    tr_linear_forward(kvi ? A->kl : A->k, A->a, L->wk, NULL, n, d, kvd);
-    tr_linear_forward(kvi ? A->vl : A->v, A->a, L->wv, NULL, n, d, kvd);
+    float *qkv[3] = {A->q, kvi ? A->kl : A->k, kvi ? A->vl : A->v};
+    const float *wqkv[3] = {L->wq, L->wk, L->wv};
+    int dims[3] = {qd, kvd, kvd};
+    tr_linear_forward_multi(qkv, A->a, wqkv, dims, 3, n, d);
     if (kvi)
         tr_lrt_kv_forward(A->k, A->v, A->gate, A->mk, A->mv, A->kl, A->vl, A->a, ch->mem, L->lrt_gate, L->lrt_k,
                           L->lrt_v, n, d, c->n_kv_heads, c->head_dim);
@@ -387,8 +388,10 @@ static void blk_fwd_out(latent_trainer *t, int l, blk *A, const chain *ch) {
     tr_linear_forward(t->tmp, A->o, L->wo, NULL, n, qd, d);
     tr_residual_forward(A->x2, A->xi, t->tmp, nd);
     tr_rmsnorm_forward(A->mn, A->rs2, A->x2, L->mlp_norm, n, d, c->rms_eps);
-    tr_linear_forward(A->hg, A->mn, L->wg, NULL, n, d, c->ffn);
-    tr_linear_forward(A->hu, A->mn, L->wu, NULL, n, d, c->ffn);
+    float *gu[2] = {A->hg, A->hu};
+    const float *wgu[2] = {L->wg, L->wu};
+    int dims[2] = {c->ffn, c->ffn};
+    tr_linear_forward_multi(gu, A->mn, wgu, dims, 2, n, d);
     tr_swiglu_forward(A->hs, A->hg, A->hu, nf);
     tr_linear_forward(t->tmp, A->hs, L->wd, NULL, n, c->ffn, d);
     tr_residual_forward(A->out, A->x2, t->tmp, nd);
@@ -419,8 +422,10 @@ static void blk_bwd_out(latent_trainer *t, int l, const blk *A, const chain *ch,
     tr_swiglu_backward(t->dhg, t->dhu, t->dhs, A->hg, A->hu, nf);
     /* hg, hu = mn Wg^T, mn Wu^T */
     memset(t->da, 0, (size_t)n * d * sizeof(float));
-    tr_linear_backward(t->da, G->wg, NULL, t->dhg, A->mn, L->wg, n, d, f);
-    tr_linear_backward(t->da, G->wu, NULL, t->dhu, A->mn, L->wu, n, d, f);
+    float *dgu[2] = {G->wg, G->wu};
+    const float *gdu[2] = {t->dhg, t->dhu}, *wgu[2] = {L->wg, L->wu};
+    int dims[2] = {f, f};
+    tr_linear_backward_multi(t->da, dgu, gdu, A->mn, wgu, dims, 2, n, d);
     /* mn = RMSNorm(x2): dres becomes d x2 */
     tr_rmsnorm_backward(t->dres, G->mlp_norm, t->da, A->x2, A->rs2, L->mlp_norm, n, d);
     /* x2 = xi + o Wo^T */
@@ -452,9 +457,10 @@ static void blk_bwd_qkv(latent_trainer *t, int l, const blk *A, const chain *ch,
         gk = t->dkl, gv = t->dvl;
     }
     /* q, k, v = a Wq^T, a Wk^T, a Wv^T */
-    tr_linear_backward(t->da, G->wq, NULL, dq, A->a, L->wq, n, d, qd);
-    tr_linear_backward(t->da, G->wk, NULL, gk, A->a, L->wk, n, d, kvd);
-    tr_linear_backward(t->da, G->wv, NULL, gv, A->a, L->wv, n, d, kvd);
+    float *dw[3] = {G->wq, G->wk, G->wv};
+    const float *gs[3] = {dq, gk, gv}, *ws[3] = {L->wq, L->wk, L->wv};
+    int dims[3] = {qd, kvd, kvd};
+    tr_linear_backward_multi(t->da, dw, gs, A->a, ws, dims, 3, n, d);
     /* a = RMSNorm(xi): dres (already the residual path's d xi) += */
     tr_rmsnorm_backward(t->dres, G->attn_norm, t->da, A->xi, A->rs1, L->attn_norm, n, d);
     if (A->inject && c->lrt.residual_injection) {

@@ -33,6 +33,15 @@ void tr_linear_forward(float *out, const float *x, const float *w, const float *
 void tr_linear_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x, const float *w,
                      int n, int in_dim, int out_dim);
 
+/* Up to 4 products of one input in one parallel section (q, k, v; gate, up):
+ * outs[i] (n, out_dims[i]) = x ws[i]^T. Same results as separate calls. */
+void tr_linear_forward_multi(float *const *outs, const float *x, const float *const *ws, const int *out_dims, int k,
+                             int n, int in_dim);
+/* Their backward in one parallel section: dx += sum_i douts[i] ws[i] (in
+ * order i = 0..k-1, as separate calls would) and dws[i] += douts[i]^T x. */
+void tr_linear_backward_multi(float *dx, float *const *dws, const float *const *douts, const float *x,
+                              const float *const *ws, const int *out_dims, int k, int n, int in_dim);
+
 /* out = x * rstd * w, rstd (n) = 1 / sqrt(mean(x^2) + eps) (kept for the backward). */
 void tr_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n, int d, float eps);
 /* dx += rstd * (dout*w) - x * rstd^3 * mean(dout*w*x); dw += sum_rows dout * x * rstd. */

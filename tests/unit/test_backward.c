@@ -471,10 +471,38 @@ static void test_lrt_kv(void) {
     free(k), free(v), free(gate), free(mk), free(mv), free(scratch), free(out), free(proj), free(dk), free(dv);
 }
 
+/* The multi-product forms equal separate calls bit for bit. */
+static void test_linear_multi(void) {
+    int n = 300, in = 40, dims[3] = {64, 24, 24}, total = 0;
+    for (int i = 0; i < 3; i++) total += dims[i];
+    float *x = malloc(n * in * 4), *w[3], *o1[3], *o2[3], *dw1[3], *dw2[3], *g[3];
+    float *dx1 = calloc(n * in, 4), *dx2 = calloc(n * in, 4);
+    for (int i = 0; i < n * in; i++) x[i] = frand(1);
+    for (int k = 0; k < 3; k++) {
+        w[k] = malloc(dims[k] * in * 4), g[k] = malloc(n * dims[k] * 4);
+        o1[k] = malloc(n * dims[k] * 4), o2[k] = malloc(n * dims[k] * 4);
+        dw1[k] = calloc(dims[k] * in, 4), dw2[k] = calloc(dims[k] * in, 4);
+        for (int i = 0; i < dims[k] * in; i++) w[k][i] = frand(1);
+        for (int i = 0; i < n * dims[k]; i++) g[k][i] = frand(1);
+        tr_linear_forward(o1[k], x, w[k], NULL, n, in, dims[k]);
+        tr_linear_backward(dx1, dw1[k], NULL, g[k], x, w[k], n, in, dims[k]);
+    }
+    tr_linear_forward_multi(o2, x, (const float *const *)w, dims, 3, n, in);
+    tr_linear_backward_multi(dx2, dw2, (const float *const *)g, x, (const float *const *)w, dims, 3, n, in);
+    int same = !memcmp(dx1, dx2, n * in * 4);
+    for (int k = 0; k < 3; k++)
+        same &= !memcmp(o1[k], o2[k], n * dims[k] * 4) && !memcmp(dw1[k], dw2[k], dims[k] * in * 4);
+    CHECK(same, "linear multi forms differ from separate calls");
+    for (int k = 0; k < 3; k++) free(w[k]), free(g[k]), free(o1[k]), free(o2[k]), free(dw1[k]), free(dw2[k]);
+    free(x), free(dx1), free(dx2);
+    (void)total;
+}
+
 int main(void) {
     latent_set_threads(2);
     test_linear(5, 7, 3, 0);
     test_linear(70, 33, 80, 1); /* enough rows and outputs to split over threads */
+    test_linear_multi();
     test_rmsnorm();
     test_rope();
     test_attention("attention", 2, 70, 4, 2, 4, 1, 0); /* two query blocks */
