@@ -104,7 +104,7 @@ void srv_log_fields(srv_log_level level, const char *msg, json_t *fields) {
         json_t *m = json_string(msg);
         json_object_set_new(o, "msg", m ? m : json_string("(message not UTF-8)"));
         if (fields) json_object_update(o, fields);
-        char *s = json_dumps(o, JSON_COMPACT);
+        char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(7));
         if (s) write_line(s);
         free(s);
         json_decref(o);
@@ -119,7 +119,7 @@ void srv_log_fields(srv_log_level level, const char *msg, json_t *fields) {
         const char *key;
         json_t *v;
         json_object_foreach(fields, key, v) {
-            char *val = json_is_string(v) ? strdup(json_string_value(v)) : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+            char *val = json_is_string(v) ? strdup(json_string_value(v)) : json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(7));
             if (!val) continue;
             size_t need = n + strlen(key) + strlen(val) + 8;
             if (need > cap) {

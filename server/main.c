@@ -90,6 +90,7 @@ static void shutdown_now(srv_ctx *x) {
     srv_log(SRV_LOG_INFO, "stopping");
     srv_sdnotify("STOPPING=1");
     srv_gen_cancel_all(x);
+    srv_sched_detach(x->sched);
     srv_http_stop(x->http); /* closes every request: their sessions are let go */
     x->http = NULL;
     uv_handle_t *hs[] = {(uv_handle_t *)&x->wake, (uv_handle_t *)&x->sig_term, (uv_handle_t *)&x->sig_int,

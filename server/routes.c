@@ -231,8 +231,14 @@ void srv_routes_on_close(void *ud, srv_conn *c) {
     srv_metrics_request(&x->metrics, srv_metrics_endpoint(srv_conn_path(c)), status);
     srv_gen *g = srv_conn_data(c);
     if (srv_log_enabled(SRV_LOG_INFO)) {
-        json_t *f = json_pack("{s:s, s:s, s:s, s:i, s:f}", "id", srv_conn_id(c), "method", srv_conn_method(c), "path",
-                              srv_conn_path(c), "status", status, "ms", (srv_now() - srv_conn_started(c)) * 1e3);
+        srv_buf path = {0}, method = {0};
+        srv_text_sanitize(srv_conn_path(c), strlen(srv_conn_path(c)), &path); /* a client's bytes: keep the log valid UTF-8 */
+        srv_text_sanitize(srv_conn_method(c), strlen(srv_conn_method(c)), &method);
+        double ms = (double)(long long)((srv_now() - srv_conn_started(c)) * 1e4) / 10;
+        json_t *f = json_pack("{s:s, s:s%, s:s%, s:i, s:f}", "id", srv_conn_id(c), "method", method.p ? method.p : "", method.len,
+                              "path", path.p ? path.p : "", path.len, "status", status, "ms", ms);
+        srv_buf_free(&path);
+        srv_buf_free(&method);
         if (f && g) {
             int toks = 0;
             for (int i = 0; i < g->n_choices; i++) toks += g->choices[i].n_tokens;

@@ -128,6 +128,13 @@ int srv_sched_start(srv_sched *s, srv_sched_wake_fn wake, srv_sched_step_fn on_s
     return 0;
 }
 
+void srv_sched_detach(srv_sched *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->wake = NULL; /* publish calls wake under mu */
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Drops one reference; the caller holds mu. Returns the session to free
  * (outside the lock) or NULL. */
 static srv_session *unref_locked(srv_session *x) { return --x->refs == 0 ? x : NULL; }

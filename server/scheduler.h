@@ -49,6 +49,8 @@ typedef void (*srv_sched_step_fn)(void *arg, double seconds, int rows);
 /* Borrows the model (must outlive the scheduler). */
 srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_err *err);
 int srv_sched_start(srv_sched *s, srv_sched_wake_fn wake, srv_sched_step_fn on_step, void *arg, latent_err *err);
+/* No more wake calls after this returns (the loop is closing its handle). */
+void srv_sched_detach(srv_sched *s);
 /* Stops the thread and finishes every session it still holds as cancelled. */
 void srv_sched_free(srv_sched *s);
 
