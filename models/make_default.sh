@@ -13,7 +13,7 @@
 #   6. the last checkpoint converted to BF16 into models/default    models/tools/to_bf16.py
 #   7. models/default/README.md written with the numbers of this run
 #
-# usage: models/make_default.sh            (about half an hour on 2 cores)
+# usage: models/make_default.sh            (30-40 minutes on 2 cores)
 # env:   STEPS (default 450), WORK (build/default-model), OUT (models/default),
 #        THREADS (all cores), LATENT (build/latent), PYTHON (/usr/bin/python3)
 set -euo pipefail
@@ -56,9 +56,7 @@ train_args=(--model "$work/init" --data "$work/train.bin" --out "$work/run" --re
     --eval-data "$work/val.bin" --eval-every 50 --eval-batches 8 --save-every 50)
 [ -z "$threads" ] || train_args+=(--threads "$threads")
 log "5. training: $latent train ${train_args[*]}"
-start=$SECONDS
 "$latent" train "${train_args[@]}" </dev/null
-train_s=$((SECONDS - start))
 
 log "6. BF16 copy into $out"
 rm -rf "$out.tmp"
@@ -68,9 +66,9 @@ sample=$("$latent" generate --model "$out.tmp" --prompt "The jury said" -n 48 --
 greedy=$("$latent" generate --model "$out.tmp" --prompt "It was a cold morning, and" -n 32 2>/dev/null || true)
 
 log "7. README"
-"$PY" - "$work" "$out.tmp" "$steps" "$train_s" "$sample" "$greedy" <<'EOF'
+"$PY" - "$work" "$out.tmp" "$steps" "$sample" "$greedy" <<'EOF'
 import json, os, sys
-work, out, steps, train_s, sample, greedy = sys.argv[1:7]
+work, out, steps, sample, greedy = sys.argv[1:6]
 rows = [json.loads(l) for l in open(os.path.join(work, "run", "train.jsonl")) if l.strip()]
 last = rows[-1]
 evals = [r for r in rows if r.get("eval_loss") is not None]
@@ -80,6 +78,8 @@ ntok = os.path.getsize(os.path.join(work, "train.bin")) // 4
 nval = os.path.getsize(os.path.join(work, "val.bin")) // 4
 size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
 tps = [r["tokens_per_s"] for r in rows if r.get("tokens_per_s")]
+step_s = sum(2048 / t for t in tps)  # time in training steps (evals and saves excluded), robust to resumes
+indent = lambda s: s.replace("\n", "\n    ")
 gates = {k: last[k] for k in last if "gamma" in k or "gate" in k}
 ev = evals[-1] if evals else None
 text = f"""# models/default
@@ -104,8 +104,8 @@ anything but testing the serving path and the recurrence.
 - Training: `latent train`, T2MLR Jacobi D=4, B=2; {last['step']} steps of
   8 x 256 tokens ({int(last['step']) * 2048 / ntok:.2f} epochs), AdamW (lr 3e-3, betas 0.9/0.95,
   weight decay 0.1, grad clip 1), 30 warmup steps then cosine to 0; seed 1;
-  {int(train_s) // 60} min {int(train_s) % 60} s of wall time on 2 shared cores
-  (median {sorted(tps)[len(tps) // 2] if tps else 0:.0f} tokens/s).
+  {int(step_s) // 60} min {int(step_s) % 60} s in training steps on 2 cores shared with
+  other jobs (median {sorted(tps)[len(tps) // 2] if tps else 0:.0f} tokens/s).
 - Result: training loss {last['loss']:.3f} at the last step (mean of the last 20
   steps {mean_tail:.3f}); validation loss {ev['eval_loss']:.3f} at step {ev['step']}
   (perplexity {2.718281828 ** ev['eval_loss']:.0f}) — computed by the trainer in
@@ -115,12 +115,12 @@ anything but testing the serving path and the recurrence.
 Samples (`latent generate`, BF16 weights):
 
     $ latent generate --model models/default --prompt "The jury said" -n 48 --temperature 0.8 --top-p 0.95 --seed 1
-    The jury said{sample}
+    The jury said{indent(sample)}
 
     $ latent generate --model models/default --prompt "It was a cold morning, and" -n 32
-    It was a cold morning, and{greedy}
+    It was a cold morning, and{indent(greedy)}
 
-Rebuild it (about half an hour on 2 cores; rerunning resumes the training):
+Rebuild it (30-40 minutes on 2 cores; rerunning resumes the training):
 
     models/make_default.sh
 
