@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,28 +60,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* OpenBLAS 0.3.21 (Debian 12) predates Zen 4/5 and runs its AVX2 "Haswell"
- * kernels on them; its AVX-512 "SkylakeX" kernels run the training step
- * about 1.7x faster on this machine. Unless the user chose a core type
- * (OPENBLAS_CORETYPE), and before the first BLAS call, switch the
- * dynamic-arch kernel table on a CPU with AVX-512. The entry points are weak:
- * without a dynamic-arch OpenBLAS this does nothing. */
-extern void gotoblas_dynamic_init(void) __attribute__((weak));
-extern void gotoblas_dynamic_quit(void) __attribute__((weak));
-
-static void blas_prefer_avx512(void) {
-    if (getenv("OPENBLAS_CORETYPE") || !gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
-    const char *core = openblas_get_corename();
-    if (!core || (strcasecmp(core, "haswell") && strcasecmp(core, "zen"))) return;
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl"))
-        return;
-    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-    gotoblas_dynamic_quit();
-    gotoblas_dynamic_init();
 }
 
 static volatile sig_atomic_t g_stop;
@@ -336,7 +313,6 @@ static double eval_loss(latent_trainer *t, const latent_tokens *ev, int B, int T
 int cmd_train(int argc, char **argv) {
     train_args a;
     if (parse_args(argc, argv, &a) != 0) return 2;
-    blas_prefer_avx512();
     if (a.threads) latent_set_threads((int)a.threads);
     if (a.bench) return bench(&a);
     if (!a.out) return cli_fail("train: --out DIR is required (see latent train --help)");
