@@ -259,7 +259,10 @@ int main(int argc, char **argv) {
         else if (arg(argc, argv, &i, "--seed", &v)) rng = strtoull(v, NULL, 10) * 2654435761ULL + 1;
         else { fprintf(stderr, "latent-bench: unknown option '%s'\n%s", argv[i], help); return 2; }
     }
-    if (!o.url || o.clients < 1 || o.max_tokens < 1) { fputs(help, stderr); return 2; }
+    if (!o.url || (strncmp(o.url, "http://", 7) && strncmp(o.url, "https://", 8)) || o.clients < 1 || o.max_tokens < 1) {
+        fputs(help, stderr);
+        return 2;
+    }
     if (o.requests < 0 && o.duration <= 0) o.requests = 4 * o.clients;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     CURLM *m = curl_multi_init();
