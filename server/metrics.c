@@ -121,6 +121,8 @@ void srv_metrics_render(srv_metrics *m, srv_buf *o, const srv_sched_stats *st, c
     counter(o, "latentd_prefix_reused_tokens_total", "Prompt tokens taken from the prefix cache instead.", (double)st->reused_tokens);
     counter(o, "latentd_sampled_tokens_total", "Tokens sampled by the engine (including ones a client no longer wanted).",
             (double)st->generated_tokens);
+    counter(o, "latentd_preemptions_total", "Decoding sequences sent back to the queue to free KV pages (recomputed later).",
+            (double)st->preemptions);
     counter(o, "latentd_engine_steps_total", "Engine steps.", (double)st->engine.steps);
     counter(o, "latentd_engine_rows_total", "Token rows processed by engine steps.", (double)st->engine.rows);
     counter(o, "latentd_engine_failed_steps_total", "Engine steps that failed.", (double)st->failed_steps);

@@ -20,17 +20,17 @@ void srv_cache_free(srv_prefix_cache *c) {
 /* Common prefix of s's cached tokens and ids, counting only tokens cached
  * with the same control flow (a recurrent prompt token and a generated one
  * leave different states). */
-static int common(const latent_seq *s, const int32_t *ids, int n, uint8_t flow) {
+static int common(const latent_seq *s, const int32_t *ids, int n, int n_prompt, uint8_t flow) {
     int i = 0;
-    while (i < n && i < s->n_pos && s->tokens[i] == ids[i] && s->flows[i] == flow) i++;
+    while (i < n && i < s->n_pos && s->tokens[i] == ids[i] && s->flows[i] == (i < n_prompt ? flow : 2)) i++;
     return i;
 }
 
-int srv_cache_match(const srv_prefix_cache *c, const int32_t *ids, int n, uint8_t flow, int *entry) {
+int srv_cache_match(const srv_prefix_cache *c, const int32_t *ids, int n, int n_prompt, uint8_t flow, int *entry) {
     int best = 0;
     *entry = -1;
     for (int i = 0; i < c->n; i++) {
-        int k = common(&c->entries[i].seq, ids, n, flow);
+        int k = common(&c->entries[i].seq, ids, n, n_prompt, flow);
         if (k > best || (k == best && k > 0 && c->entries[i].last_used > c->entries[*entry].last_used)) best = k, *entry = i;
     }
     return best;

@@ -24,9 +24,10 @@ typedef struct srv_prefix_cache {
 int srv_cache_init(srv_prefix_cache *c, int cap);
 void srv_cache_free(srv_prefix_cache *c);
 
-/* Tokens of ids[0..n) (all with control flow `flow`) that the best entry
- * holds as its prefix; *entry gets its index (-1 when none matches). */
-int srv_cache_match(const srv_prefix_cache *c, const int32_t *ids, int n, uint8_t flow, int *entry);
+/* Tokens of ids[0..n) that the best entry holds as its prefix; *entry gets
+ * its index (-1 when none matches). ids[0..n_prompt) are prompt tokens with
+ * control flow `flow`, the rest generated ones (flow 2). */
+int srv_cache_match(const srv_prefix_cache *c, const int32_t *ids, int n, int n_prompt, uint8_t flow, int *entry);
 /* Marks an entry used now. */
 void srv_cache_touch(srv_prefix_cache *c, int entry);
 /* Takes ownership of *seq (left zeroed). An entry that the new sequence

@@ -57,8 +57,13 @@ struct srv_sched {
     int n_stage, cap_stage;
     srv_session **done;       /* finished this round, to publish */
     int n_done, cap_done;
-    long long prefill_tokens, reused_tokens, generated_tokens, failed_steps;
+    int *entry_kind;          /* (entries) ENTRY_DECODE or ENTRY_PREFILL */
+    int cap_entry_kind;
+    uint64_t admit_counter;
+    long long prefill_tokens, reused_tokens, generated_tokens, failed_steps, preemptions;
 };
+
+enum { ENTRY_DECODE, ENTRY_PREFILL };
 
 static double now_s(void) {
     struct timespec ts;
@@ -258,7 +263,7 @@ static srv_session *promote(srv_session *x) {
     srv_session *nl = NULL;
     for (int i = 0; i < x->n_followers && !nl; i++) {
         srv_session *f = x->followers[i];
-        if ((f->state == SRV_ST_WAITING || f->state == SRV_ST_WAIT_FORK) && !cancelled(f)) nl = f;
+        if (f->leader == x && (f->state == SRV_ST_WAITING || f->state == SRV_ST_WAIT_FORK) && !cancelled(f)) nl = f;
     }
     if (!nl) return NULL;
     nl->leader = NULL;
@@ -308,15 +313,23 @@ static void handle_cancelled(srv_sched *s) {
 static void compact_running(srv_sched *s) {
     int k = 0;
     for (int i = 0; i < s->n_running; i++)
-        if (s->running[i]->state != SRV_ST_DONE) s->running[k++] = s->running[i];
+        if (s->running[i]->state == SRV_ST_PREFILL || s->running[i]->state == SRV_ST_DECODE ||
+            s->running[i]->state == SRV_ST_WAIT_FORK)
+            s->running[k++] = s->running[i];
     s->n_running = k;
 }
 
 /* ---- step thread: admission --------------------------------------------------- */
 
-/* Pages x may still take from the pool before it finishes. */
+/* Tokens of pages set aside beyond the prompt at admission, and added each
+ * time a decoding sequence reaches the end of what it has. */
+static int horizon(const srv_sched *s) { return 8 * s->o.page_tokens; }
+static int final_len(const srv_session *x) { return x->n_prompt + x->max_tokens; }
+static int min_i(int a, int b) { return a < b ? a : b; }
+
+/* Pages x may still take from the pool within its reservation. */
 static int future_pages(const srv_sched *s, const srv_session *x) {
-    int all = pages_for(s, x->n_prompt + x->max_tokens);
+    int all = pages_for(s, x->reserved);
     switch (x->state) {
     case SRV_ST_PREFILL:
     case SRV_ST_DECODE:
@@ -349,15 +362,23 @@ static int keepable(const srv_sched *s, int match, int avail) {
     return match / s->o.page_tokens * s->o.page_tokens;
 }
 
+/* Tokens a (replayed) session must hold before it decodes: its prompt, or
+ * after a preemption its prompt and all generated tokens but the pending one. */
+static int prefill_target(const srv_session *x) { return x->replay ? x->n_prompt + x->n_gen - 1 : x->n_prompt; }
+
 static int start_session(srv_sched *s, srv_session *x, srv_session *leader, double now) {
-    x->hist = malloc(((size_t)x->n_prompt + x->max_tokens + 1) * sizeof *x->hist);
-    if (!x->hist) return -1;
-    memcpy(x->hist, x->prompt, (size_t)x->n_prompt * sizeof *x->hist);
-    latent_rng_seed(&x->rng, x->seed);
+    if (!x->replay) {
+        x->hist = malloc(((size_t)x->n_prompt + x->max_tokens + 1) * sizeof *x->hist);
+        if (!x->hist) return -1;
+        memcpy(x->hist, x->prompt, (size_t)x->n_prompt * sizeof *x->hist);
+        latent_rng_seed(&x->rng, x->seed);
+        pthread_mutex_lock(&s->mu);
+        x->t_admit = now;
+        pthread_mutex_unlock(&s->mu);
+    }
+    x->reserved = min_i(final_len(x), prefill_target(x) + horizon(s));
+    x->admit_order = ++s->admit_counter;
     x->state = leader ? SRV_ST_WAIT_FORK : SRV_ST_PREFILL;
-    pthread_mutex_lock(&s->mu);
-    x->t_admit = now;
-    pthread_mutex_unlock(&s->mu);
     if (!leader && latent_seq_init(&x->seq, &s->pool, s->cfg, NULL) != 0) return -1;
     s->running[s->n_running++] = x;
     return 0;
@@ -371,14 +392,18 @@ static void admit(srv_sched *s) {
         int n = group_size(g);
         if (s->n_running > 0 && s->n_running + n > s->o.max_sessions) return;
         int entry = -1, keep = 0, need;
+        /* A fresh prompt keeps its last token to prefill (its logits are needed);
+         * a replay needs no logits: the token it decodes next is known. */
+        const int32_t *ids = g->replay ? g->hist : g->prompt;
+        int target = prefill_target(g), cap = g->replay ? target : target - 1;
+        int all = pages_for(s, min_i(final_len(g), target + horizon(s)));
         for (;;) {
             entry = -1, keep = 0;
-            if (g->use_cache) {
-                int match = srv_cache_match(&s->cache, g->prompt, g->n_prompt - 1, flow, &entry);
+            if (g->use_cache || g->replay) {
+                int match = srv_cache_match(&s->cache, ids, cap, g->n_prompt, flow, &entry);
                 if (entry >= 0) keep = keepable(s, match, s->cache.entries[entry].seq.n_pos);
                 if (keep == 0) entry = -1;
             }
-            int all = pages_for(s, g->n_prompt + g->max_tokens);
             need = all - keep / s->o.page_tokens + (n - 1) * (all - g->n_prompt / s->o.page_tokens);
             if (need <= s->pool.n_free - committed_pages(s)) break;
             if (!srv_cache_evict_lru(&s->cache)) {
@@ -411,12 +436,60 @@ static void admit(srv_sched *s) {
                 srv_cache_touch(&s->cache, entry);
             }
         }
+        if (g->replay && g->state == SRV_ST_PREFILL && g->seq.n_pos == target) { /* all of it was cached */
+            g->replay = 0;
+            g->pending = g->hist[g->n_prompt + g->n_gen - 1];
+            g->state = SRV_ST_DECODE;
+        }
         for (int i = 0; i < g->n_followers; i++) {
             srv_session *f = g->followers[i];
             if (!is_follower_of(f, g) || f->state != SRV_ST_WAITING) continue;
             if (start_session(s, f, g, now) != 0) fail(s, f, "out of memory");
         }
     next:;
+    }
+}
+
+/* ---- step thread: reservations and preemption ---------------------------------- */
+
+/* x goes back to the front of the queue; its sequence goes to the prefix
+ * cache, so its re-admission usually re-prefills little or nothing. */
+static void preempt(srv_sched *s, srv_session *x) {
+    if (GROW(s->wait, s->cap_wait, s->n_wait + 1) != 0) {
+        fail(s, x, "out of memory");
+        return;
+    }
+    srv_cache_insert(&s->cache, &x->seq);
+    latent_seq_free(&x->seq);
+    x->state = SRV_ST_WAITING;
+    x->replay = 1;
+    x->leader = NULL; /* on its own from now on */
+    memmove(&s->wait[1], &s->wait[0], (size_t)s->n_wait * sizeof *s->wait);
+    s->wait[0] = x;
+    s->n_wait++;
+    s->preemptions++;
+}
+
+/* A decoding sequence at the end of its pages gets another horizon of them;
+ * when the pool cannot cover it, cached prefixes are evicted, then the
+ * youngest decoding sequences are preempted (oldest first keep running, so
+ * the oldest always progresses). */
+static void grow_reservations(srv_sched *s) {
+    for (int i = 0; i < s->n_running; i++) {
+        srv_session *x = s->running[i];
+        if (x->state != SRV_ST_DECODE || x->seq.n_pos + 1 <= x->reserved) continue;
+        int want = min_i(final_len(x), x->reserved + horizon(s));
+        int extra = pages_for(s, want) - pages_for(s, x->reserved);
+        while (x->state == SRV_ST_DECODE && extra > s->pool.n_free - committed_pages(s)) {
+            if (srv_cache_evict_lru(&s->cache)) continue;
+            srv_session *v = NULL;
+            for (int j = 0; j < s->n_running; j++) {
+                srv_session *y = s->running[j];
+                if (y->state == SRV_ST_DECODE && (!v || y->admit_order > v->admit_order)) v = y;
+            }
+            preempt(s, v); /* v may be x itself */
+        }
+        if (x->state == SRV_ST_DECODE) x->reserved = want;
     }
 }
 
@@ -510,13 +583,16 @@ static void run_step(srv_sched *s) {
     const int V = s->cfg->vocab;
     int n = 0, rows = 0, n_decode = 0;
     size_t logit_rows = 1; /* one spare row for prompt logprobs */
-    if (GROW(s->entries, s->cap_entries, s->n_running) != 0 || GROW(s->entry_sess, s->cap_entry_sess, s->n_running) != 0) return;
+    if (GROW(s->entries, s->cap_entries, s->n_running) != 0 || GROW(s->entry_sess, s->cap_entry_sess, s->n_running) != 0 ||
+        GROW(s->entry_kind, s->cap_entry_kind, s->n_running) != 0)
+        return;
     /* Decode tokens first: running sessions are never starved by prefill. */
     for (int i = 0; i < s->n_running; i++) {
         srv_session *x = s->running[i];
         if (x->state != SRV_ST_DECODE) continue;
         s->entries[n] = (latent_batch_entry){.seq = &x->seq, .tokens = &x->pending, .n_tokens = 1, .prompt = 0,
                                              .logits = LATENT_LOGITS_LAST};
+        s->entry_kind[n] = ENTRY_DECODE;
         s->entry_sess[n++] = x;
         rows++, n_decode++, logit_rows++;
     }
@@ -524,18 +600,22 @@ static void run_step(srv_sched *s) {
     for (int i = 0; i < s->n_running && rows < s->o.step_tokens; i++) {
         srv_session *x = s->running[i];
         if (x->state != SRV_ST_PREFILL) continue;
-        int left = x->n_prompt - x->seq.n_pos, chunk = s->o.step_tokens - rows;
+        int pos = x->seq.n_pos, left = prefill_target(x) - pos, chunk = s->o.step_tokens - rows;
         if (chunk > left) chunk = left;
+        if (pos < x->n_prompt && chunk > x->n_prompt - pos) chunk = x->n_prompt - pos; /* one control flow per entry */
         if (n_decode > 0 && chunk > s->o.prefill_chunk) chunk = s->o.prefill_chunk;
-        if (x->prompt_logprobs && chunk > 16) chunk = 16;
-        latent_logits_mode mode = x->prompt_logprobs ? LATENT_LOGITS_ALL : chunk == left ? LATENT_LOGITS_LAST : LATENT_LOGITS_NONE;
-        s->entries[n] = (latent_batch_entry){.seq = &x->seq, .tokens = x->prompt + x->seq.n_pos, .n_tokens = chunk,
-                                             .prompt = 1, .logits = mode};
+        int plp = x->prompt_logprobs && !x->replay;
+        if (plp && chunk > 16) chunk = 16;
+        latent_logits_mode mode = x->replay ? LATENT_LOGITS_NONE : plp ? LATENT_LOGITS_ALL
+                                : chunk == left ? LATENT_LOGITS_LAST : LATENT_LOGITS_NONE;
+        s->entries[n] = (latent_batch_entry){.seq = &x->seq, .tokens = x->hist + pos, .n_tokens = chunk,
+                                             .prompt = pos < x->n_prompt, .logits = mode};
+        s->entry_kind[n] = ENTRY_PREFILL;
         s->entry_sess[n++] = x;
         rows += chunk;
         logit_rows += mode == LATENT_LOGITS_ALL ? (size_t)chunk : mode == LATENT_LOGITS_LAST ? 1 : 0;
         /* followers of a leader whose prompt completes get a copy of its row */
-        if (chunk == left)
+        if (chunk == left && !x->replay)
             for (int j = 0; j < x->n_followers; j++) logit_rows += is_follower_of(x->followers[j], x);
     }
     if (n == 0) return;
@@ -578,8 +658,16 @@ static void run_step(srv_sched *s) {
     for (int i = 0; i < n; i++) {
         srv_session *x = s->entry_sess[i];
         latent_batch_entry *e = &s->entries[i];
-        if (e->prompt) {
+        if (s->entry_kind[i] == ENTRY_PREFILL) {
             s->prefill_tokens += e->n_tokens;
+            if (x->replay) {
+                if (x->seq.n_pos == prefill_target(x)) {
+                    x->replay = 0;
+                    x->pending = x->hist[x->n_prompt + x->n_gen - 1];
+                    x->state = SRV_ST_DECODE;
+                }
+                continue;
+            }
             if (x->prompt_logprobs) prompt_logprobs(s, x, p0[i], e->n_tokens, e->out);
             if (x->seq.n_pos < x->n_prompt) continue;
             if (x->max_tokens == 0) {
@@ -662,6 +750,7 @@ static int publish(srv_sched *s, srv_session ***to_free, int *n_free, int *cap_f
     st->reused_tokens = s->reused_tokens;
     st->generated_tokens = s->generated_tokens;
     st->failed_steps = s->failed_steps;
+    st->preemptions = s->preemptions;
     st->engine = *latent_engine_get_stats(s->eng);
     return woke;
 }
@@ -685,6 +774,7 @@ static void *step_main(void *arg) {
 
         handle_cancelled(s);
         admit(s);
+        grow_reservations(s);
         compact_running(s);
         int worked = s->n_running > 0;
         if (worked) run_step(s);
@@ -744,7 +834,7 @@ void srv_sched_free(srv_sched *s) {
     for (int i = 0; s->scratch && i < s->n_scratch; i++) free(s->scratch[i]);
     free(s->scratch);
     free(s->wait), free(s->running), free(s->entries), free(s->entry_sess), free(s->logits);
-    free(s->samp), free(s->stage), free(s->done);
+    free(s->samp), free(s->stage), free(s->done), free(s->entry_kind);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

@@ -6,10 +6,12 @@
  * produced logits (in parallel over the engine's threads, each session with
  * its own seeded RNG), and publishes the tokens to the sessions' outboxes,
  * then wakes the loop. Sessions wait in a FIFO until a slot and enough KV
- * pages are free: every admitted session has the pages for its prompt plus
- * max_tokens set aside (counted, not yet taken), so a running session never
- * runs out of pages and the pool is never exceeded. Cached prefixes give
- * their pages back (LRU) when an admission needs them.
+ * pages are free: an admitted session has pages for its prompt plus a
+ * horizon set aside (counted, not yet taken) and gets another horizon when
+ * it reaches the end; when the pool cannot cover that, cached prefixes give
+ * their pages back (LRU), then the youngest decoding session is preempted
+ * (re-queued at the front, its prompt and generated tokens re-prefilled when
+ * it is admitted again). The pool is never exceeded.
  *
  * The step thread owns the engine, the KV pool, the prefix cache and every
  * session's sequence; the loop only calls the functions below. */
@@ -35,7 +37,7 @@ typedef struct srv_sched_opts {
 typedef struct srv_sched_stats {
     int waiting, running, held;
     int pages_total, pages_free, pages_cached, cache_entries;
-    long long prefill_tokens, reused_tokens, generated_tokens, failed_steps;
+    long long prefill_tokens, reused_tokens, generated_tokens, failed_steps, preemptions;
     latent_engine_stats engine;
 } srv_sched_stats;
 

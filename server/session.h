@@ -88,6 +88,9 @@ struct srv_session {
     int32_t *hist;            /* (n_prompt + max_tokens) prompt, then generated ids */
     int n_gen;
     int32_t pending;          /* sampled, not yet fed to the model */
+    int reserved;             /* tokens its KV pages are set aside for (grows by a horizon) */
+    uint64_t admit_order;     /* admission counter: the youngest is preempted first */
+    int replay;               /* preempted: re-prefill prompt + generated tokens, then decode `pending` */
     srv_session *next;        /* the scheduler's inbox */
     latent_sample sample;     /* this step's draw */
     float *logits;            /* this step's logit row (into the scheduler's buffer) */

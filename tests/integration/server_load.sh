@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # latentd under concurrency and abuse: 64 concurrent streams give the texts
-# the same requests give one at a time (greedy), n > 1 forks of one prompt
-# state, overload answered with 429 + Retry-After within a bounded number of
+# the same requests give one at a time (greedy), also when a small KV pool
+# forces preemptions, n > 1 forks of one prompt state, overload answered with 429 + Retry-After within a bounded number of
 # live sessions, clients leaving in the queue / mid-prefill / mid-decode leave
 # no session behind (checked via /metrics), malformed HTTP and JSON answered
 # while the server keeps serving, and prefix reuse equal to a cold start.
@@ -23,6 +23,14 @@ check "n > 1 forks the prompt state" "$PY" "$client" n-equal "$URL_A"
 check "malformed HTTP and JSON" "$PY" "$client" malformed "$URL_A"
 stop_server A
 check "clean exit after the abuse" test "$STOP_RC" = 0
+
+# A pool too small for every sequence to finish at once: the youngest are
+# preempted (back to the queue, recomputed later) and the texts do not change.
+start_server P "$model" --kv-pool-mib 1 || exit 1
+check "preemption under a small KV pool keeps the texts" "$PY" "$client" concurrency "$URL_P" 6 300 100
+preempted=$(metric "$URL_P" latentd_preemptions_total)
+check "sequences were preempted ($preempted)" "$PY" -c "assert $preempted >= 1"
+stop_server P
 
 # Few slots, a short queue, a small pool: overload must turn into 429s, not memory.
 start_server B "$model" --max-sessions 2 --queue-len 3 --kv-pool-mib 4 --keepalive-seconds 0.2 || exit 1

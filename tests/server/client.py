@@ -115,11 +115,11 @@ def cmd_text(url, prompt, n, out, *extra):
     open(out, "wb").write(completion(url, prompt, **fields).encode("utf-8"))
 
 
-def cmd_concurrency(url, n="64"):
+def cmd_concurrency(url, n="64", base="8", spread="23"):
     """n streaming requests at once give the texts the same requests give one at a time."""
-    n = int(n)
+    n, base, spread = int(n), int(base), int(spread)
     prompts = ["Request %d: the story of the %s" % (i, ["fox", "dog", "cat", "owl"][i % 4]) for i in range(n)]
-    lens = [8 + (i * 5) % 23 for i in range(n)]
+    lens = [base + (i * 5) % spread for i in range(n)]
     alone = [completion(url, prompts[i], max_tokens=lens[i], ignore_eos=True) for i in range(n)]
     together = [None] * n
     errors = []
@@ -140,7 +140,8 @@ def cmd_concurrency(url, n="64"):
     if bad:
         fail("%d of %d differ, e.g. #%d alone %r together %r" % (len(bad), n, bad[0], alone[bad[0]], together[bad[0]]))
     wait_idle(url)
-    print("%d concurrent streams equal the sequential texts" % n)
+    print("%d concurrent streams equal the sequential texts (%g preemptions so far)" %
+          (n, get_metric(url, "latentd_preemptions_total")))
 
 
 def cmd_n_equal(url):
