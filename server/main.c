@@ -146,7 +146,14 @@ static void on_signal(uv_signal_t *s, int sig) {
 }
 
 static void on_keepalive(uv_timer_t *t) { srv_gen_keepalive(t->data); }
-static void on_watchdog(uv_timer_t *t) { srv_sdnotify("WATCHDOG=1"); }
+/* WATCHDOG=1 from the loop, as long as the step thread is alive too: a step
+ * stuck for a whole watchdog interval stops the pings and systemd restarts us. */
+static void on_watchdog(uv_timer_t *t) {
+    srv_ctx *x = t->data;
+    double interval = (double)srv_sdnotify_watchdog_usec() / 1e6;
+    if (!x->sched || srv_sched_alive(x->sched, interval)) srv_sdnotify("WATCHDOG=1");
+    else srv_log(SRV_LOG_WARN, "the engine step thread has not finished a step for %.0f s: no watchdog ping", interval);
+}
 
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);

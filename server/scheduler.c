@@ -34,6 +34,8 @@ struct srv_sched {
     srv_session *inbox_head, *inbox_tail;
     srv_session *ready_head;
     int held;                 /* sessions submitted and not yet let go by the step thread */
+    int idle;                 /* the step thread waits for work */
+    double beat;              /* when it last finished a round */
     srv_sched_stats stats;
     srv_sched_wake_fn wake;
     srv_sched_step_fn on_step;
@@ -128,6 +130,7 @@ static void *step_main(void *arg);
 
 int srv_sched_start(srv_sched *s, srv_sched_wake_fn wake, srv_sched_step_fn on_step, void *arg, latent_err *err) {
     s->wake = wake, s->on_step = on_step, s->arg = arg;
+    s->beat = now_s();
     if (pthread_create(&s->th, NULL, step_main, s) != 0) return latent_err_set(err, "scheduler: cannot start the step thread");
     s->started = 1;
     return 0;
@@ -223,6 +226,13 @@ double srv_sched_admitted_at(srv_sched *s, srv_session *x) {
     double t = x->t_admit > 0 ? x->t_admit - x->t_submit : -1;
     pthread_mutex_unlock(&s->mu);
     return t;
+}
+
+int srv_sched_alive(srv_sched *s, double max_stall) {
+    pthread_mutex_lock(&s->mu);
+    int ok = s->idle || now_s() - s->beat < max_stall;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
 }
 
 void srv_sched_get_stats(srv_sched *s, srv_sched_stats *out) {
@@ -789,7 +799,13 @@ static void *step_main(void *arg) {
             for (int i = 0; i < n_free; i++) srv_session_free(to_free[i]);
             pthread_mutex_lock(&s->mu);
         }
-        if (!worked && !s->inbox_head && !s->cancel_pending && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        s->beat = now_s();
+        if (!worked && !s->inbox_head && !s->cancel_pending && !s->stop) {
+            s->idle = 1;
+            pthread_cond_wait(&s->cv, &s->mu);
+            s->idle = 0;
+            s->beat = now_s();
+        }
     }
     pthread_mutex_unlock(&s->mu);
     free(to_free);

@@ -80,5 +80,8 @@ void srv_sched_unref(srv_sched *s, srv_session *sess);
 /* Queue wait of a session in seconds, or -1 while it still waits. */
 double srv_sched_admitted_at(srv_sched *s, srv_session *sess);
 void srv_sched_get_stats(srv_sched *s, srv_sched_stats *out);
+/* 1 when the step thread is idle or finished a round within max_stall
+ * seconds (the watchdog's liveness check). */
+int srv_sched_alive(srv_sched *s, double max_stall);
 
 #endif
