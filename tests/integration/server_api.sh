@@ -191,6 +191,39 @@ startup_fail "unknown chat template is a start-up error" "chat-template" --model
 start_server W "$tmp/weird" --chat-template plain && {
     check "--chat-template plain overrides an unknown template" bash -c "curl -s -m 30 $URL_W/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2}' | grep -q chat.completion"
     stop_server W; }
+# What each template renders, read back through /tokenize + /detokenize (byte-level BPE round-trips).
+render_check() { # NAME MODEL_DIR FLAGS EXPECTED(python literal)
+    local name=$1 dir=$2 flags=$3 want=$4
+    # shellcheck disable=SC2086
+    start_server R "$dir" $flags || { fail "$name: server"; return; }
+    local ids; ids=$(curl -s -m 10 "$URL_R/tokenize" -d '{"messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"},{"role":"assistant","content":" ok "},{"role":"user","content":"more"}]}' |
+        "$PY" -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["tokens"]))')
+    check "$name" "$PY" -c "
+import json, sys, urllib.request
+got = json.load(urllib.request.urlopen(urllib.request.Request('$URL_R/detokenize', json.dumps({'tokens': $ids}).encode())))['prompt']
+want = $want
+assert got == want, (got, want)"
+    stop_server R
+}
+"$PY" - "$tmp/weird/tokenizer_config.json" "$tmp/llama3" "$model" <<'PY'
+import json, shutil, sys
+shutil.copytree(sys.argv[3], sys.argv[2])
+p = sys.argv[2] + "/tokenizer_config.json"; c = json.load(open(p))
+c["chat_template"] = "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+json.dump(c, open(p, "w"))
+PY
+render_check "chatml template (recognised)" "$model" "" \
+    "'<|im_start|>system\\nS<|im_end|>\\n<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n ok <|im_end|>\\n<|im_start|>user\\nmore<|im_end|>\\n<|im_start|>assistant\\n'"
+render_check "llama3 template (recognised)" "$tmp/llama3" "" \
+    "'<|begin_of_text|><|start_header_id|>system<|end_header_id|>\\n\\nS<|eot_id|><|start_header_id|>user<|end_header_id|>\\n\\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n\\nok<|eot_id|><|start_header_id|>user<|end_header_id|>\\n\\nmore<|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n\\n'"
+render_check "plain template (flag)" "$model" "--chat-template plain" \
+    "'S\\n\\nUser: hi\\nAssistant:  ok \\nUser: more\\nAssistant:'"
+start_server R "$model" || true
+check "chatml adds the model's default system prompt" bash -c "curl -s -m 10 $URL_R/tokenize -d '{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}' |
+    $PY -c 'import json,sys,urllib.request; t = json.load(sys.stdin)[\"tokens\"]
+p = json.load(urllib.request.urlopen(urllib.request.Request(\"$URL_R/detokenize\", json.dumps({\"tokens\": t}).encode())))[\"prompt\"]
+assert p.startswith(\"<|im_start|>system\\nYou are a helpful AI assistant.<|im_end|>\\n<|im_start|>user\\nhi\"), p'"
+stop_server R
 startup_fail "missing model directory" "no-such" --model "$tmp/no-such"
 startup_fail "unknown flag" "--bogus" --model "$model" --bogus 1
 startup_fail "bad flag value" "max-sessions" --model "$model" --max-sessions zero
