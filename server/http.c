@@ -35,8 +35,8 @@ struct srv_conn {
     srv_buf out;
     size_t out_off;
     double t_write;
-    uv_poll_t poll;           /* the socket, for disconnects while suspended */
-    int poll_init;
+    uv_poll_t poll;           /* the socket, for a client that hangs up (from the first suspend on) */
+    int poll_init, poll_active;
     void *data;
     char *hdr_k[MAX_HDRS], *hdr_v[MAX_HDRS];
     int n_hdrs;
@@ -160,6 +160,7 @@ static void poll_closed(uv_handle_t *hd) { free_conn(hd->data); }
 static void on_disconnect(uv_poll_t *p, int status, int events) {
     srv_conn *c = p->data;
     uv_poll_stop(p);
+    c->poll_active = 0;
     c->peer_gone = 1;
     if (!c->abort_told) {
         c->abort_told = 1;
@@ -168,23 +169,23 @@ static void on_disconnect(uv_poll_t *p, int status, int events) {
     srv_conn_wake(c);
 }
 
+/* MHD does not watch a suspended connection, so from its first suspend on a
+ * uv_poll of ours watches the socket for a hang-up until the request ends
+ * (kept through resumes: a stream suspends between every two tokens). */
 static void do_suspend(srv_conn *c) {
     if (c->suspended) return;
     MHD_suspend_connection(c->mc);
     c->suspended = 1;
+    if (c->poll_init || c->peer_gone) return;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return;
-    if (!c->poll_init) {
-        if (uv_poll_init(c->h->loop, &c->poll, ci->connect_fd) != 0) return;
-        c->poll.data = c;
-        c->poll_init = 1;
-    }
-    uv_poll_start(&c->poll, UV_DISCONNECT, on_disconnect);
+    if (!ci || uv_poll_init(c->h->loop, &c->poll, ci->connect_fd) != 0) return;
+    c->poll.data = c;
+    c->poll_init = 1;
+    if (uv_poll_start(&c->poll, UV_DISCONNECT, on_disconnect) == 0) c->poll_active = 1;
 }
 
 void srv_conn_wake(srv_conn *c) {
     if (!c->suspended) return;
-    if (c->poll_init) uv_poll_stop(&c->poll);
     c->suspended = 0;
     MHD_resume_connection(c->mc);
     kick(c->h);

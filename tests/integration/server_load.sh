@@ -39,8 +39,10 @@ used=$(metric "$URL_B" latentd_kv_pages_used); total=$(metric "$URL_B" latentd_k
 check "KV pages used never exceed the pool ($used of $total)" "$PY" -c "assert 0 <= $used <= $total"
 stop_server B
 
-# Clients that leave: a slow step (tiny budget) keeps a long prompt in prefill for a while.
-start_server C "$model" --max-sessions 1 --step-tokens 2 --prefill-chunk 2 --keepalive-seconds 0.2 --max-tokens 2000 || exit 1
+# Clients that leave: a slow step (tiny budget) keeps a long prompt in prefill
+# for a while; a long context lets one request hold the only slot for a while.
+"$PY" "$root/tests/ref/make_model.py" --out "$tmp/long" --kind t2mlr --seed 2 --max-pos 4096 >/dev/null
+start_server C "$tmp/long" --max-sessions 1 --step-tokens 2 --prefill-chunk 2 --keepalive-seconds 0.05 --max-tokens 4000 || exit 1
 check "client leaves mid-prefill" "$PY" "$client" disconnect "$URL_C" prefill
 check "client leaves mid-decode (stream)" "$PY" "$client" disconnect "$URL_C" decode
 check "client leaves mid-decode (non-streaming)" "$PY" "$client" disconnect "$URL_C" decode-nonstream

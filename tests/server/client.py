@@ -239,7 +239,7 @@ def cmd_disconnect(url, mode):
         s.close()
     elif mode == "queue":
         # one long request holds the only slot; a second waits in the queue, gets keep-alive comments, leaves
-        hold = raw_request(url, {"prompt": "hold the slot", "max_tokens": 1500, "ignore_eos": True, "stream": True})
+        hold = raw_request(url, {"prompt": "hold the slot", "max_tokens": 4000, "ignore_eos": True, "stream": True})
         time.sleep(0.2)
         s = raw_request(url, {"prompt": "queued", "max_tokens": 5, "stream": True})
         got, end = b"", time.time() + 10
