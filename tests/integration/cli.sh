@@ -5,18 +5,8 @@
 # `tokenize` equal to the reference's own BPE on ASCII text.
 # env: LATENT_BUILD (dir with `latent`), LATENT_ROOT, PYTHON.
 set -u
-root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-build=${LATENT_BUILD:-$root/build}
-PY=${PYTHON:-/usr/bin/python3}
-latent=$build/latent
-ref=$root/tests/ref
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/latent-cli.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-[ -x "$latent" ] || { echo "FAIL: $latent not built"; exit 1; }
+. "$(dirname "$0")/../harness.sh" cli
 
-ok()   { n=$((n + 1)); printf 'ok   %s\n' "$1"; }
-fail() { n=$((n + 1)); fails=$((fails + 1)); printf 'FAIL %s\n' "$1"; shift; for l in "$@"; do printf '     %s\n' "$l"; done; }
 
 model=$tmp/t2mlr
 "$PY" "$ref/make_model.py" --out "$model" --kind t2mlr --seed 5 --recur-on-prompt 0

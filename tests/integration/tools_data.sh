@@ -11,17 +11,7 @@
 # - refusals: a model vocabulary smaller than the task's, a missing PREFIX.json.
 # env: LATENT_BUILD (dir with `latent`), LATENT_ROOT, PYTHON.
 set -u
-root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-build=${LATENT_BUILD:-$root/build}
-PY=${PYTHON:-/usr/bin/python3}
-latent=$build/latent
-ref=$root/tests/ref
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/latent-data.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-[ -x "$latent" ] || { echo "FAIL: $latent not built"; exit 1; }
-ok()   { n=$((n + 1)); printf 'ok   %s\n' "$1"; }
-fail() { n=$((n + 1)); fails=$((fails + 1)); printf 'FAIL %s\n' "$1"; shift; for l in "$@"; do printf '     %s\n' "$l"; done; }
+. "$(dirname "$0")/../harness.sh" data
 run() { # DESCRIPTION -- command...
     local desc=$1; shift 2
     if "$@" >"$tmp/out" 2>"$tmp/err"; then ok "$desc"; else fail "$desc" "$(tail -5 "$tmp/err")"; fi

@@ -11,18 +11,8 @@
 #   refused without --force and replaced with it.
 # env: LATENT_BUILD (dir with `latent`), LATENT_ROOT, PYTHON.
 set -u
-root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-build=${LATENT_BUILD:-$root/build}
-PY=${PYTHON:-/usr/bin/python3}
-latent=$build/latent
-ref=$root/tests/ref
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/latent-retrofit.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-[ -x "$latent" ] || { echo "FAIL: $latent not built"; exit 1; }
+. "$(dirname "$0")/../harness.sh" retrofit
 
-ok()   { n=$((n + 1)); printf 'ok   %s\n' "$1"; }
-fail() { n=$((n + 1)); fails=$((fails + 1)); printf 'FAIL %s\n' "$1"; shift; for l in "$@"; do printf '     %s\n' "$l"; done; }
 
 "$PY" "$ref/make_model.py" --out "$tmp/base" --kind plain --seed 11 --layers 4 >/dev/null
 "$PY" "$ref/make_model.py" --out "$tmp/base16" --kind plain --seed 12 --layers 4 --dtype bf16 --untied >/dev/null

@@ -5,16 +5,7 @@
 # followed by the eos id; progress on stderr; bad arguments refused.
 # env: LATENT_BUILD (dir with `latent`), LATENT_ROOT, PYTHON.
 set -u
-root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-build=${LATENT_BUILD:-$root/build}
-PY=${PYTHON:-/usr/bin/python3}
-latent=$build/latent
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/latent-tokfile.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-[ -x "$latent" ] || { echo "FAIL: $latent not built"; exit 1; }
-ok()   { n=$((n + 1)); printf 'ok   %s\n' "$1"; }
-fail() { n=$((n + 1)); fails=$((fails + 1)); printf 'FAIL %s\n' "$1"; shift; for l in "$@"; do printf '     %s\n' "$l"; done; }
+. "$(dirname "$0")/../harness.sh" tokfile
 
 "$PY" "$root/tests/ref/make_model.py" --out "$tmp/m" --kind plain --seed 3 --vocab 600 >/dev/null
 

@@ -7,17 +7,7 @@
 # the inference engine.
 # env: LATENT_BUILD, LATENT_ROOT, PYTHON.
 set -u
-root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-build=${LATENT_BUILD:-$root/build}
-PY=${PYTHON:-/usr/bin/python3}
-latent=$build/latent
-ref=$root/tests/ref
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/latent-train.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fails=0; n=0
-ok()   { n=$((n + 1)); printf 'ok   %s\n' "$1"; }
-fail() { n=$((n + 1)); fails=$((fails + 1)); printf 'FAIL %s\n' "$1"; shift; for l in "$@"; do printf '     %s\n' "$l"; done; }
-[ -x "$latent" ] || { echo "FAIL: $latent not built"; exit 1; }
+. "$(dirname "$0")/../harness.sh" train
 
 small="--d 32 --layers 3 --heads 4 --kv-heads 2 --ffn 48 --vocab 300"
 "$PY" "$ref/make_model.py" --out "$tmp/t2" --kind t2mlr --t2mlr 1,1 --seed 3 $small >/dev/null
