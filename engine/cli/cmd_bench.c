@@ -11,10 +11,11 @@
 #include "latent/engine.h"
 #include "latent/kv.h"
 #include "latent/model.h"
+#include "latent/ops.h"
 #include "latent/threads.h"
 
 static const char *help =
-    "usage: latent bench [--model DIR] [--kinds plain,t2mlr,lrt] [--threads N]\n"
+    "usage: latent bench [--model DIR] [--kinds plain,t2mlr,lrt] [--threads N] [--kernels]\n"
     "                    [--prefill N] [--decode N] [--batches 1,8,32,64] [--rounds R]\n"
     "\n"
     "Measures prefill tokens/s (one sequence of --prefill tokens, default 512,\n"
@@ -26,7 +27,9 @@ static const char *help =
     "standard benchmark model in memory: random weights shaped like SmolLM2-135M\n"
     "(d 576, 30 blocks, 9 heads, 3 KV heads, FFN 1536, vocab 49152), as T2MLR\n"
     "(window 12..17) and LRT (source 18, injected 0..19, shared projection).\n"
-    "Each figure is the best of --rounds (default 3) alternating runs.\n";
+    "Each figure is the best of --rounds (default 3) alternating runs.\n"
+    "--kernels instead times the engine's matrix kernel against OpenBLAS on one\n"
+    "1536x576 weight at 1, 8, 32 and 512 rows (with --threads 1: per core).\n";
 
 static double now_s(void) {
     struct timespec ts;
@@ -194,6 +197,43 @@ static int bench_model(const char *name, const latent_model *m, int prefill, int
     return 0;
 }
 
+/* The engine's matrix kernel against OpenBLAS on one FFN-shaped weight
+ * (1536 x 576), both split over the same threads: GFLOP/s, best of 20. */
+static int bench_kernels(void) {
+    const int out = 1536, in = 576, rows[] = {1, 8, 32, 512};
+    float *w = malloc((size_t)out * in * sizeof(float)), *x = malloc((size_t)512 * in * sizeof(float));
+    float *y = malloc((size_t)512 * out * sizeof(float));
+    latent_linear l;
+    if (w && x)
+        for (size_t i = 0; i < (size_t)out * in; i++) w[i] = rand_uniform_pm1();
+    if (w && x)
+        for (size_t i = 0; i < (size_t)512 * in; i++) x[i] = rand_uniform_pm1();
+    if (!w || !x || !y || latent_linear_init(&l, w, out, in) != 0) {
+        free(w), free(x), free(y);
+        return cli_fail("bench: out of memory");
+    }
+    printf("%-22s %14s %14s\n", "matrix 1536x576", "engine GFLOP/s", "OpenBLAS GFLOP/s");
+    for (int k = 0; k < 4; k++) {
+        double best[2] = {1e9, 1e9};
+        for (int r = 0; r < 20; r++)
+            for (int which = 0; which < 2; which++) {
+                double t0 = now_s();
+                if (which == 0) linear_forward(y, x, &l, rows[k]);
+                else matmul_forward(y, x, w, rows[k], in, out);
+                double t = now_s() - t0;
+                if (t < best[which]) best[which] = t;
+            }
+        double flop = 2.0 * rows[k] * out * in;
+        char label[32];
+        snprintf(label, sizeof label, "rows %d", rows[k]);
+        printf("%-22s %14.1f %14.1f\n", label, flop / best[0] / 1e9, flop / best[1] / 1e9);
+    }
+    if (!l.packed) printf("(no AVX-512 here: the engine uses OpenBLAS for both)\n");
+    latent_linear_free(&l);
+    free(w), free(x), free(y);
+    return 0;
+}
+
 static int parse_batches(const char *s, int *out, int cap) {
     int32_t *ids;
     int n = cli_parse_ids(s, &ids);
@@ -208,12 +248,17 @@ static int parse_batches(const char *s, int *out, int cap) {
 
 int cmd_bench(int argc, char **argv) {
     const char *dir = NULL, *kinds = "plain,t2mlr,lrt", *v;
+    int kernels = 0;
     long threads = 0, prefill = 512, decode = 64, rounds = 3;
     int batches[16] = {1, 8, 32, 64}, n_batches = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
             return 0;
+        }
+        if (!strcmp(argv[i], "--kernels")) {
+            kernels = 1;
+            continue;
         }
         if (cli_opt(argc, argv, &i, "--model", &dir) || cli_opt(argc, argv, &i, "--kinds", &kinds)) continue;
         if (cli_opt(argc, argv, &i, "--threads", &v)) {
@@ -242,6 +287,7 @@ int cmd_bench(int argc, char **argv) {
     if (threads) latent_set_threads((int)threads);
     printf("latent bench: %d threads, OPENBLAS_CORETYPE=%s\n", latent_get_threads(),
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
+    if (kernels) return bench_kernels();
     latent_err err;
     if (dir) {
         latent_model m = {0};
