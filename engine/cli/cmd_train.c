@@ -443,7 +443,10 @@ int cmd_train(int argc, char **argv) {
         latent_gate_stats gs;
         latent_trainer_gate_stats(t, &gs);
         double ev_loss = NAN;
-        int last = st.step == a.steps || g_stop;
+        /* Read the signal flag once per step: a signal that lands after this
+         * point is acted on after the next step, never without its save. */
+        int stop = g_stop != 0;
+        int last = st.step == a.steps || stop;
         if (a.eval_data && ((a.eval_every && st.step % a.eval_every == 0) || last)) {
             ev_loss = eval_loss(t, &ev, (int)a.batch, (int)a.seq, a.eval_batches, &batch, &err);
             if (isnan(ev_loss)) {
@@ -491,7 +494,7 @@ int cmd_train(int argc, char **argv) {
             }
             if (!tty) printf("saved %s/step-%08lld\n", a.out, (long long)st.step);
         }
-        if (g_stop) {
+        if (stop) {
             fprintf(stderr, "\nlatent train: stopped by signal %d after step %lld (checkpoint saved)\n", (int)g_stop,
                     (long long)st.step);
             rc = 130;
