@@ -98,8 +98,43 @@ typedef void (*micro_fn)(float *, int, const float *, int, const float *, int, i
 static const micro_fn micros[MR_MAX] = {micro_1, micro_2, micro_3, micro_4,  micro_5,  micro_6,
                                         micro_7, micro_8, micro_9, micro_10, micro_11, micro_12};
 
+/* One row of X: a matrix-vector product bound by reading the panels. Each
+ * panel is streamed whole, start to end (one linear stream the hardware
+ * prefetcher follows), with even and odd k in separate accumulators so the
+ * FMA chains overlap. No K blocking: the single X row stays in L1. */
+__attribute__((target("avx512f"))) static void gemv_panels(float *out, const float *x, const gemm_packed *p,
+                                                           int p0, int p1) {
+    int k = p->k;
+    for (int pn = p0; pn < p1; pn++) {
+        const float *pw = p->data + (size_t)pn * k * GEMM_PANEL;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int kk = 0;
+        for (; kk + 2 <= k; kk += 2, pw += 2 * GEMM_PANEL) {
+            __m512 x0 = _mm512_set1_ps(x[kk]), x1 = _mm512_set1_ps(x[kk + 1]);
+            a0 = _mm512_fmadd_ps(x0, _mm512_load_ps(pw), a0);
+            a1 = _mm512_fmadd_ps(x0, _mm512_load_ps(pw + 16), a1);
+            a2 = _mm512_fmadd_ps(x1, _mm512_load_ps(pw + 32), a2);
+            a3 = _mm512_fmadd_ps(x1, _mm512_load_ps(pw + 48), a3);
+        }
+        if (kk < k) {
+            __m512 x0 = _mm512_set1_ps(x[kk]);
+            a0 = _mm512_fmadd_ps(x0, _mm512_load_ps(pw), a0);
+            a1 = _mm512_fmadd_ps(x0, _mm512_load_ps(pw + 16), a1);
+        }
+        int cols = p->n - pn * GEMM_PANEL;
+        __mmask16 m0 = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+        __mmask16 m1 = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+        _mm512_mask_storeu_ps(out + (size_t)pn * GEMM_PANEL, m0, _mm512_add_ps(a0, a2));
+        _mm512_mask_storeu_ps(out + (size_t)pn * GEMM_PANEL + 16, m1, _mm512_add_ps(a1, a3));
+    }
+}
+
 void gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1) {
     int k = p->k;
+    if (m == 1) {
+        gemv_panels(out, x, p, p0, p1);
+        return;
+    }
     for (int k0 = 0; k0 < k; k0 += KB) {
         int k1 = k0 + KB < k ? k0 + KB : k;
         for (int g0 = p0; g0 < p1; g0 += PANEL_GROUP) {

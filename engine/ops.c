@@ -108,9 +108,10 @@ static void gemv_multi(float *const *outs, const latent_linear *const *ls, int n
 }
 
 void linear_forward_multi(float *const *outs, const latent_linear *const *ls, int n_ls, const float *x, int n) {
-    /* One row is bound by reading the weights: BLAS' sgemv on the original
-     * layout streams them faster than the packed kernel does. */
-    if (n == 1) {
+    /* One row without packed panels: BLAS' sgemv on the original layout.
+     * With panels, the packed kernel's own single-row path streams each
+     * panel linearly, about 1.3-1.5x sgemv's bandwidth here (bench --kernels). */
+    if (n == 1 && !ls[0]->packed) {
         gemv_multi(outs, ls, n_ls, x);
         return;
     }

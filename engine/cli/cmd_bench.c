@@ -29,7 +29,9 @@ static const char *help =
     "(window 12..17) and LRT (source 18, injected 0..19, shared projection).\n"
     "Each figure is the best of --rounds (default 3) alternating runs.\n"
     "--kernels instead times the engine's matrix kernel against OpenBLAS on one\n"
-    "1536x576 weight at 1, 8, 32 and 512 rows (with --threads 1: per core).\n";
+    "1536x576 weight at 1, 8, 32 and 512 rows (with --threads 1: per core),\n"
+    "then single rows through 40 such weights (140 MB, read from memory as in\n"
+    "batch-1 decoding) in GB/s.\n";
 
 static double now_s(void) {
     struct timespec ts;
@@ -197,6 +199,44 @@ static int bench_model(const char *name, const latent_model *m, int prefill, int
     return 0;
 }
 
+/* Single rows from memory rather than cache, as batch-1 decoding reads them:
+ * one row through STREAM_MATS distinct weights of the FFN shape (about 140 MB
+ * each way, far above the caches) per pass; GB/s of weights read, best of 10. */
+#define STREAM_MATS 40
+static int bench_kernels_streaming(void) {
+    const int out = 1536, in = 576;
+    size_t per = (size_t)out * in;
+    float *w = malloc(per * STREAM_MATS * sizeof(float)), *x = malloc(in * sizeof(float)), *y = malloc(out * sizeof(float));
+    latent_linear *ls = calloc(STREAM_MATS, sizeof *ls);
+    int ok = w && x && y && ls;
+    for (size_t i = 0; ok && i < per * STREAM_MATS; i++) w[i] = rand_uniform_pm1();
+    for (int i = 0; ok && i < in; i++) x[i] = rand_uniform_pm1();
+    int made = 0;
+    while (ok && made < STREAM_MATS && latent_linear_init(&ls[made], w + per * made, out, in) == 0) made++;
+    if (!ok || made < STREAM_MATS) {
+        for (int i = 0; i < made; i++) latent_linear_free(&ls[i]);
+        free(w), free(x), free(y), free(ls);
+        return cli_fail("bench: out of memory");
+    }
+    double best[2] = {1e9, 1e9};
+    for (int r = 0; r < 10; r++)
+        for (int which = 0; which < 2; which++) {
+            double t0 = now_s();
+            for (int i = 0; i < STREAM_MATS; i++) {
+                if (which == 0) linear_forward(y, x, &ls[i], 1);
+                else matmul_forward(y, x, w + per * i, 1, in, out);
+            }
+            double t = now_s() - t0;
+            if (t < best[which]) best[which] = t;
+        }
+    double bytes = (double)per * STREAM_MATS * sizeof(float);
+    printf("%-22s %14.1f %14.1f   (GB/s of weights read)\n", "rows 1, 40 weights", bytes / best[0] / 1e9,
+           bytes / best[1] / 1e9);
+    for (int i = 0; i < STREAM_MATS; i++) latent_linear_free(&ls[i]);
+    free(w), free(x), free(y), free(ls);
+    return 0;
+}
+
 /* The engine's matrix kernel against OpenBLAS on one FFN-shaped weight
  * (1536 x 576), both split over the same threads: GFLOP/s, best of 20. */
 static int bench_kernels(void) {
@@ -231,7 +271,7 @@ static int bench_kernels(void) {
     if (!l.packed) printf("(no AVX-512 here: the engine uses OpenBLAS for both)\n");
     latent_linear_free(&l);
     free(w), free(x), free(y);
-    return 0;
+    return bench_kernels_streaming();
 }
 
 static int parse_batches(const char *s, int *out, int cap) {

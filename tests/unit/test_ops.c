@@ -26,9 +26,11 @@ int main(void) {
         free(x), free(w), free(a), free(b);
     }
     /* prepared matrices (the packed AVX-512 kernel where the CPU has it):
-     * row counts across the 12-row tile, widths that end mid-panel, K blocks */
-    int lshapes[][3] = {{1, 40, 70}, {2, 33, 5}, {7, 64, 96}, {12, 300, 33}, {13, 17, 32}, {29, 600, 130}};
-    for (int s = 0; s < 6; s++) {
+     * row counts across the 12-row tile, widths that end mid-panel, K blocks,
+     * and single rows (their own path) with odd K and widths under 16 */
+    int lshapes[][3] = {{1, 40, 70}, {1, 33, 5}, {1, 601, 130}, {2, 33, 5},
+                        {7, 64, 96}, {12, 300, 33}, {13, 17, 32}, {29, 600, 130}};
+    for (int s = 0; s < 8; s++) {
         int n = lshapes[s][0], in = lshapes[s][1], out = lshapes[s][2];
         float *x = randv((size_t)n * in), *w = randv((size_t)out * in), *w2 = randv((size_t)out * in);
         float *a = malloc(sizeof(float) * n * out), *b = malloc(sizeof(float) * n * out);
