@@ -12,6 +12,7 @@
 
 #define BLOCK_ROWS 64     /* query rows per sgemm work item */
 #define GEMM_MIN_ROWS 4   /* shorter runs read the pages row by row */
+#define MIN_SPLIT_KEYS 32 /* fewest keys in one range of a split row */
 
 int attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx) {
     int threads = latent_get_threads();
@@ -30,12 +31,15 @@ int attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx) {
 
 void attn_scratch_free(attn_scratch *s) {
     free(s->buf);
+    free(s->parts);
     memset(s, 0, sizeof *s);
 }
 
 typedef struct {
     int start, len;   /* rows [start, start+len) of one sequence, consecutive positions */
     int kvh;          /* the kv head this item serves (with all its q heads) */
+    int t0, t1;       /* keys [t0, t1) of a single-row item; t1 = 0: all up to the row */
+    int part;         /* slot for a partial result (a key range of a split row), or -1 */
 } attn_item;
 
 typedef struct {
@@ -45,6 +49,7 @@ typedef struct {
     const latent_config *c;
     attn_scratch *s;
     attn_item *items;
+    float *parts;             /* (n_parts, group, head_dim + 2): o, then max and sum */
     int layer;
     unsigned long seq;        /* distinguishes jobs for the threads' slot claims */
     atomic_int thread_slot;
@@ -62,29 +67,45 @@ static inline void axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-/* Rows one at a time, reading k, v straight from the pages: each key and
- * value row is loaded once for every q head of its group. */
-static void item_rows(const attn_job *j, const attn_item *it, float *scores) {
+/* One row over keys [t0, t1), reading k, v straight from the pages: each key
+ * and value row is loaded once for every q head of its group. Writes the
+ * normalized output, or for a split row (part >= 0) the unnormalized output
+ * with its running max and sum, merged by merge_parts. */
+static void item_row(const attn_job *j, const attn_item *it, float *scores) {
     const latent_config *c = j->c;
     int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
-    for (int r = it->start; r < it->start + it->len; r++) {
-        const latent_seq *s = j->rows[r].seq;
-        const latent_kv_pool *pool = s->pool;
-        int P = pool->page_tokens, len = j->rows[r].pos + 1;
-        const float *q0 = j->q + (size_t)r * qd + (size_t)it->kvh * group * hd;
-        /* scores (group, len) */
-        for (int t = 0; t < len; t++) {
-            const float *kt = latent_kv_row(pool, pool->k, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
-            for (int g = 0; g < group; g++) scores[(size_t)g * len + t] = dot(q0 + (size_t)g * hd, kt, hd) * scale;
-        }
-        for (int g = 0; g < group; g++) softmax_forward(scores + (size_t)g * len, len);
-        float *out0 = j->att + (size_t)r * qd + (size_t)it->kvh * group * hd;
-        memset(out0, 0, (size_t)group * hd * sizeof(float));
-        for (int t = 0; t < len; t++) {
-            const float *vt = latent_kv_row(pool, pool->v, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
-            for (int g = 0; g < group; g++) axpy(out0 + (size_t)g * hd, scores[(size_t)g * len + t], vt, hd);
-        }
+    int r = it->start;
+    const latent_seq *s = j->rows[r].seq;
+    const latent_kv_pool *pool = s->pool;
+    int P = pool->page_tokens, t0 = it->t0, t1 = it->t1 ? it->t1 : j->rows[r].pos + 1, len = t1 - t0;
+    const float *q0 = j->q + (size_t)r * qd + (size_t)it->kvh * group * hd;
+    /* scores (group, len) */
+    for (int t = t0; t < t1; t++) {
+        const float *kt = latent_kv_row(pool, pool->k, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
+        for (int g = 0; g < group; g++) scores[(size_t)g * len + t - t0] = dot(q0 + (size_t)g * hd, kt, hd) * scale;
+    }
+    float mx[group], sum[group];
+    for (int g = 0; g < group; g++) {
+        float *sg = scores + (size_t)g * len, m = -INFINITY, l = 0;
+        for (int t = 0; t < len; t++) m = sg[t] > m ? sg[t] : m;
+        for (int t = 0; t < len; t++) l += sg[t] = expf(sg[t] - m);
+        mx[g] = m, sum[g] = l;
+    }
+    float *out0 = it->part >= 0 ? j->parts + (size_t)it->part * group * (hd + 2)
+                                : j->att + (size_t)r * qd + (size_t)it->kvh * group * hd;
+    memset(out0, 0, (size_t)group * hd * sizeof(float));
+    for (int t = t0; t < t1; t++) {
+        const float *vt = latent_kv_row(pool, pool->v, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
+        for (int g = 0; g < group; g++) axpy(out0 + (size_t)g * hd, scores[(size_t)g * len + t - t0], vt, hd);
+    }
+    if (it->part >= 0) {
+        for (int g = 0; g < group; g++) out0[(size_t)group * hd + 2 * g] = mx[g], out0[(size_t)group * hd + 2 * g + 1] = sum[g];
+        return;
+    }
+    for (int g = 0; g < group; g++) {
+        float inv = 1.0f / sum[g];
+        for (int i = 0; i < hd; i++) out0[(size_t)g * hd + i] *= inv;
     }
 }
 
@@ -131,26 +152,108 @@ static void attn_task(void *ctx, int task) {
     float *base = j->s->buf + (size_t)tls_slot * j->s->per_thread;
     size_t kv = (size_t)j->s->ctx * j->c->head_dim;
     const attn_item *it = &j->items[task];
-    if (it->len >= GEMM_MIN_ROWS) item_gemm(j, it, base, base + kv, base + 2 * kv);
-    else item_rows(j, it, base + 2 * kv);
+    if (it->len >= GEMM_MIN_ROWS) {
+        item_gemm(j, it, base, base + kv, base + 2 * kv);
+        return;
+    }
+    for (int r = it->start; r < it->start + it->len; r++) {
+        attn_item one = *it;
+        one.start = r, one.len = 1;
+        item_row(j, &one, base + 2 * kv);
+    }
+}
+
+/* Combines the key ranges of split rows: items first..first+n_split-1 of
+ * each split row, with their kv head, are consecutive. */
+static void merge_parts(const attn_job *j, int n_items) {
+    const latent_config *c = j->c;
+    int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
+    size_t stride = (size_t)group * (hd + 2);
+    for (int i = 0; i < n_items;) {
+        const attn_item *it = &j->items[i];
+        if (it->part < 0) { i++; continue; }
+        int k = i;
+        while (k < n_items && j->items[k].part >= 0 && j->items[k].start == it->start && j->items[k].kvh == it->kvh) k++;
+        float *out0 = j->att + (size_t)it->start * qd + (size_t)it->kvh * group * hd;
+        for (int g = 0; g < group; g++) {
+            float m = -INFINITY, l = 0;
+            for (int p = i; p < k; p++) {
+                const float *pp = j->parts + (size_t)j->items[p].part * stride + (size_t)group * hd + 2 * g;
+                m = pp[0] > m ? pp[0] : m;
+            }
+            float *o = out0 + (size_t)g * hd;
+            memset(o, 0, hd * sizeof(float));
+            for (int p = i; p < k; p++) {
+                const float *part = j->parts + (size_t)j->items[p].part * stride;
+                float w = expf(part[(size_t)group * hd + 2 * g] - m);
+                l += w * part[(size_t)group * hd + 2 * g + 1];
+                axpy(o, w, part + (size_t)g * hd, hd);
+            }
+            float inv = 1.0f / l;
+            for (int e = 0; e < hd; e++) o[e] *= inv;
+        }
+        i = k;
+    }
 }
 
 void attention_forward(float *att, const float *q, const row_meta *rows, int n, int layer,
                        const latent_config *c, attn_scratch *s) {
     /* Work items: runs of consecutive rows of one sequence, cut into blocks,
-     * times the kv heads. Single rows stay items of their own. */
-    int max_items = (n + 1) * c->n_kv_heads;
-    attn_item stack_items[512], *items = max_items <= 512 ? stack_items : malloc(max_items * sizeof *items);
-    int n_items = 0;
+     * times the kv heads. Single rows stay items of their own; when they are
+     * too few to keep every thread busy (decoding one or two sequences, or a
+     * recurrent prompt token by token), their keys are split into ranges. */
+    int singles = 0;
     for (int r = 0; r < n;) {
         int len = 1;
         while (r + len < n && len < BLOCK_ROWS && rows[r + len].seq == rows[r].seq &&
                rows[r + len].pos == rows[r].pos + len)
             len++;
-        for (int h = 0; h < c->n_kv_heads; h++) items[n_items++] = (attn_item){r, len, h};
+        if (len < GEMM_MIN_ROWS) singles += len;
         r += len;
     }
-    attn_job j = {att, q, rows, c, s, items, layer, atomic_fetch_add(&job_counter, 1) + 1, 0};
+    int units = singles * c->n_kv_heads, want = 4 * latent_get_threads();
+    int split = units > 0 && units < want ? (want + units - 1) / units : 1;
+    int max_items = (n + 1) * c->n_kv_heads * split, group = c->n_heads / c->n_kv_heads;
+    attn_item stack_items[512], *items = max_items <= 512 ? stack_items : malloc(max_items * sizeof *items);
+    float *parts = NULL;
+    if (split > 1) {
+        size_t need = (size_t)units * split * group * (c->head_dim + 2);
+        if (need > s->parts_cap) {
+            float *p = realloc(s->parts, need * sizeof(float));
+            if (p) s->parts = p, s->parts_cap = need;
+        }
+        if (need <= s->parts_cap) parts = s->parts;
+        else split = 1; /* out of memory for the partial results: do not split */
+    }
+    int n_items = 0, n_parts = 0;
+    for (int r = 0; r < n;) {
+        int len = 1;
+        while (r + len < n && len < BLOCK_ROWS && rows[r + len].seq == rows[r].seq &&
+               rows[r + len].pos == rows[r].pos + len)
+            len++;
+        if (len >= GEMM_MIN_ROWS) {
+            for (int h = 0; h < c->n_kv_heads; h++) items[n_items++] = (attn_item){r, len, h, 0, 0, -1};
+            r += len;
+            continue;
+        }
+        for (int i = r; i < r + len; i++) {
+            int keys = rows[i].pos + 1;
+            /* ranges of at least MIN_SPLIT_KEYS keys: shorter ones cost more to merge than they save */
+            int ranges = split < keys / MIN_SPLIT_KEYS ? split : keys / MIN_SPLIT_KEYS;
+            for (int h = 0; h < c->n_kv_heads; h++) {
+                if (ranges <= 1) {
+                    items[n_items++] = (attn_item){i, 1, h, 0, 0, -1};
+                    continue;
+                }
+                for (int k = 0; k < ranges; k++)
+                    items[n_items++] = (attn_item){i, 1, h, (int)((long)keys * k / ranges),
+                                                   (int)((long)keys * (k + 1) / ranges), n_parts++};
+            }
+        }
+        r += len;
+    }
+    attn_job j = {att, q, rows, c, s, items, parts, layer, atomic_fetch_add(&job_counter, 1) + 1, 0};
     latent_parallel_for(attn_task, &j, n_items);
+    if (n_parts > 0) merge_parts(&j, n_items);
     if (items != stack_items) free(items);
 }

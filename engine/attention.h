@@ -18,6 +18,8 @@ typedef struct attn_scratch {
     float *buf;       /* (threads, per_thread) */
     size_t per_thread;
     int threads, ctx; /* sized for this many threads and context length */
+    float *parts;     /* partial results of rows split over key ranges */
+    size_t parts_cap; /* floats */
 } attn_scratch;
 
 /* Grows the scratch for contexts up to ctx tokens; -1 when out of memory. */
