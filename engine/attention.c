@@ -22,6 +22,7 @@ int attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx) {
      * rows for a run, or one row for every q head of a group) */
     int group = c->n_heads / c->n_kv_heads;
     size_t per = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
+    per = (per + 15) / 16 * 16; /* each thread's slot 64-byte aligned (it also holds row pointers) */
     float *buf = malloc(per * threads * sizeof(float));
     if (!buf) return -1;
     free(s->buf);
@@ -67,11 +68,91 @@ static inline void axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+/* e^x for x <= 0 (scores minus their max): x = n ln2 + r, |r| <= ln2/2,
+ * e^r by its Taylor polynomial to degree 7 (relative error ~5e-9, below
+ * float rounding), times 2^n by scalef (which underflows to 0 cleanly). */
+static inline __m512 exp_nonpos_ps(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* sg[0..len) = e^(sg - m); returns their sum. */
+static float exp_sum(float *sg, int len, float m) {
+    __m512 acc = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
+    int t = 0;
+    for (; t + 16 <= len; t += 16) {
+        __m512 e = exp_nonpos_ps(_mm512_sub_ps(_mm512_loadu_ps(sg + t), mv));
+        _mm512_storeu_ps(sg + t, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (t < len) {
+        __mmask16 k = (__mmask16)((1u << (len - t)) - 1);
+        __m512 e = exp_nonpos_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sg + t), mv));
+        _mm512_mask_storeu_ps(sg + t, k, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* scores[g * len + i] = scale * q_g . k_i for the group's q heads; hd % 16 == 0. */
+static void row_scores(float *scores, int len, const float *q0, int group, int hd, const float *const *krows,
+                       float scale) {
+    for (int i = 0; i < len; i++) {
+        const float *k = krows[i];
+        for (int g = 0; g < group; g++) {
+            const float *qg = q0 + (size_t)g * hd;
+            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qg), _mm512_loadu_ps(k));
+            for (int e = 16; e < hd; e += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(qg + e), _mm512_loadu_ps(k + e), a);
+            scores[(size_t)g * len + i] = _mm512_reduce_add_ps(a) * scale;
+        }
+    }
+}
+
+/* out_g = sum_i p[g * len + i] v_i, 16 features of up to four heads at a
+ * time, the sums kept in registers; hd % 16 == 0. */
+static void row_values(float *out0, const float *p, int len, int group, int hd, const float *const *vrows) {
+    for (int g0 = 0; g0 < group; g0 += 4) {
+        int gn = group - g0 < 4 ? group - g0 : 4;
+        const float *p0 = p + (size_t)g0 * len, *p1 = p0 + len, *p2 = p1 + len, *p3 = p2 + len;
+        for (int e = 0; e < hd; e += 16) {
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < len; i++) {
+                __m512 v = _mm512_loadu_ps(vrows[i] + e);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[i]), v, a0);
+                if (gn > 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(p1[i]), v, a1);
+                if (gn > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(p2[i]), v, a2);
+                if (gn > 3) a3 = _mm512_fmadd_ps(_mm512_set1_ps(p3[i]), v, a3);
+            }
+            float *o = out0 + (size_t)g0 * hd + e;
+            _mm512_storeu_ps(o, a0);
+            if (gn > 1) _mm512_storeu_ps(o + hd, a1);
+            if (gn > 2) _mm512_storeu_ps(o + 2 * hd, a2);
+            if (gn > 3) _mm512_storeu_ps(o + 3 * hd, a3);
+        }
+    }
+}
+#endif
+
 /* One row over keys [t0, t1), reading k, v straight from the pages: each key
  * and value row is loaded once for every q head of its group. Writes the
  * normalized output, or for a split row (part >= 0) the unnormalized output
- * with its running max and sum, merged by merge_parts. */
-static void item_row(const attn_job *j, const attn_item *it, float *scores) {
+ * with its running max and sum, merged by merge_parts. `rowp` has room for
+ * 2 * (t1 - t0) pointers. */
+static void item_row(const attn_job *j, const attn_item *it, float *scores, const float **rowp) {
     const latent_config *c = j->c;
     int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
@@ -80,24 +161,37 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores) {
     const latent_kv_pool *pool = s->pool;
     int P = pool->page_tokens, t0 = it->t0, t1 = it->t1 ? it->t1 : j->rows[r].pos + 1, len = t1 - t0;
     const float *q0 = j->q + (size_t)r * qd + (size_t)it->kvh * group * hd;
-    /* scores (group, len) */
+    const float **krows = rowp, **vrows = rowp + len;
     for (int t = t0; t < t1; t++) {
-        const float *kt = latent_kv_row(pool, pool->k, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
-        for (int g = 0; g < group; g++) scores[(size_t)g * len + t - t0] = dot(q0 + (size_t)g * hd, kt, hd) * scale;
-    }
-    float mx[group], sum[group];
-    for (int g = 0; g < group; g++) {
-        float *sg = scores + (size_t)g * len, m = -INFINITY, l = 0;
-        for (int t = 0; t < len; t++) m = sg[t] > m ? sg[t] : m;
-        for (int t = 0; t < len; t++) l += sg[t] = expf(sg[t] - m);
-        mx[g] = m, sum[g] = l;
+        krows[t - t0] = latent_kv_row(pool, pool->k, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
+        vrows[t - t0] = latent_kv_row(pool, pool->v, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
     }
     float *out0 = it->part >= 0 ? j->parts + (size_t)it->part * group * (hd + 2)
                                 : j->att + (size_t)r * qd + (size_t)it->kvh * group * hd;
-    memset(out0, 0, (size_t)group * hd * sizeof(float));
-    for (int t = t0; t < t1; t++) {
-        const float *vt = latent_kv_row(pool, pool->v, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
-        for (int g = 0; g < group; g++) axpy(out0 + (size_t)g * hd, scores[(size_t)g * len + t - t0], vt, hd);
+    float mx[group], sum[group];
+#ifdef __AVX512F__
+    if (hd % 16 == 0) {
+        row_scores(scores, len, q0, group, hd, krows, scale);
+        for (int g = 0; g < group; g++) {
+            float *sg = scores + (size_t)g * len, m = -INFINITY;
+            for (int t = 0; t < len; t++) m = sg[t] > m ? sg[t] : m;
+            mx[g] = m, sum[g] = exp_sum(sg, len, m);
+        }
+        row_values(out0, scores, len, group, hd, vrows);
+    } else
+#endif
+    {
+        for (int t = 0; t < len; t++)
+            for (int g = 0; g < group; g++) scores[(size_t)g * len + t] = dot(q0 + (size_t)g * hd, krows[t], hd) * scale;
+        for (int g = 0; g < group; g++) {
+            float *sg = scores + (size_t)g * len, m = -INFINITY, l = 0;
+            for (int t = 0; t < len; t++) m = sg[t] > m ? sg[t] : m;
+            for (int t = 0; t < len; t++) l += sg[t] = expf(sg[t] - m);
+            mx[g] = m, sum[g] = l;
+        }
+        memset(out0, 0, (size_t)group * hd * sizeof(float));
+        for (int t = 0; t < len; t++)
+            for (int g = 0; g < group; g++) axpy(out0 + (size_t)g * hd, scores[(size_t)g * len + t], vrows[t], hd);
     }
     if (it->part >= 0) {
         for (int g = 0; g < group; g++) out0[(size_t)group * hd + 2 * g] = mx[g], out0[(size_t)group * hd + 2 * g + 1] = sum[g];
@@ -159,7 +253,8 @@ static void attn_task(void *ctx, int task) {
     for (int r = it->start; r < it->start + it->len; r++) {
         attn_item one = *it;
         one.start = r, one.len = 1;
-        item_row(j, &one, base + 2 * kv);
+        /* the gather buffers a run would use hold this row's k, v row pointers */
+        item_row(j, &one, base + 2 * kv, (const float **)base);
     }
 }
 
