@@ -9,6 +9,7 @@
 
 #include "latent/ops.h"
 #include "latent/threads.h"
+#include "simd_exp.h"
 
 #define BLOCK_ROWS 64     /* query rows per sgemm work item */
 #define GEMM_MIN_ROWS 4   /* shorter runs read the pages row by row */
@@ -69,39 +70,19 @@ static inline void axpy(float *y, float a, const float *x, int n) {
 }
 
 #ifdef __AVX512F__
-#include <immintrin.h>
-
-/* e^x for x <= 0 (scores minus their max): x = n ln2 + r, |r| <= ln2/2,
- * e^r by its Taylor polynomial to degree 7 (relative error ~5e-9, below
- * float rounding), times 2^n by scalef (which underflows to 0 cleanly). */
-static inline __m512 exp_nonpos_ps(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
 
 /* sg[0..len) = e^(sg - m); returns their sum. */
 static float exp_sum(float *sg, int len, float m) {
     __m512 acc = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
     int t = 0;
     for (; t + 16 <= len; t += 16) {
-        __m512 e = exp_nonpos_ps(_mm512_sub_ps(_mm512_loadu_ps(sg + t), mv));
+        __m512 e = exp512_ps(_mm512_sub_ps(_mm512_loadu_ps(sg + t), mv));
         _mm512_storeu_ps(sg + t, e);
         acc = _mm512_add_ps(acc, e);
     }
     if (t < len) {
-        __mmask16 k = (__mmask16)((1u << (len - t)) - 1);
-        __m512 e = exp_nonpos_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sg + t), mv));
+        __mmask16 k = tail_mask16(len - t);
+        __m512 e = exp512_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sg + t), mv));
         _mm512_mask_storeu_ps(sg + t, k, e);
         acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
     }

@@ -2,6 +2,7 @@
 #include "latent/ops.h"
 #include "latent/threads.h"
 #include "gemm.h"
+#include "simd_exp.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -195,7 +196,16 @@ void rope_forward_ref(float *x, int n_heads, int head_dim, int pos, float theta)
 }
 
 void swiglu_forward(float *out, const float *g, const float *u, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    size_t i = 0;
+#ifdef __AVX512F__
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (; i + 16 <= n; i += 16) {
+        __m512 gv = _mm512_loadu_ps(g + i);
+        __m512 den = _mm512_add_ps(one, exp512_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv)));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(gv, den), _mm512_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 void swiglu_forward_ref(float *out, const float *g, const float *u, size_t n) {
@@ -205,10 +215,29 @@ void swiglu_forward_ref(float *out, const float *g, const float *u, size_t n) {
 void softmax_forward(float *x, int n) {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) if (x[i] > mx) mx = x[i];
+#ifdef __AVX512F__
+    __m512 acc = _mm512_setzero_ps(), m = _mm512_set1_ps(mx);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 e = exp512_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
+        _mm512_storeu_ps(x + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (i < n) {
+        __mmask16 k = tail_mask16(n - i);
+        __m512 e = exp512_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), m));
+        _mm512_mask_storeu_ps(x + i, k, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
+    }
+    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(acc));
+    for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+    if (i < n) _mm512_mask_storeu_ps(x + i, tail_mask16(n - i), _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask16(n - i), x + i), inv));
+#else
     double sum = 0;
     for (int i = 0; i < n; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
     float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++) x[i] *= inv;
+#endif
 }
 
 void softmax_forward_ref(float *x, int n) {

@@ -1,0 +1,35 @@
+/* A vectorised e^x for the engine's forward ops (private).
+ *
+ * libm's expf is scalar: in a 512-token prefill the softmaxes and SwiGLUs
+ * call it tens of millions of times, more time than the q/k/v products.
+ * x = n ln2 + r with |r| <= ln2/2; e^r by its Taylor polynomial to degree 7
+ * (relative error about 5e-9, below float rounding); times 2^n by scalef,
+ * which saturates to 0 and +inf cleanly. Inputs are clamped to [-104, 89],
+ * outside which the float result is 0 or +inf anyway. */
+#ifndef LATENT_SIMD_EXP_H
+#define LATENT_SIMD_EXP_H
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+static inline __m512 exp512_ps(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+    /* ln2 in two parts, so n * ln2 is subtracted without rounding error */
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+static inline __mmask16 tail_mask16(int n) { return (__mmask16)((1u << n) - 1); }
+#endif
+
+#endif
