@@ -16,6 +16,7 @@
 
 #define MR_MAX 12
 #define KB 256          /* k per block: X tile 12 x 256 and a panel slice fit L1 */
+#define SMALL_M_X_BYTES (512 * 1024) /* X this small skips K blocking */
 #define PANEL_GROUP 16  /* panels per L2 block: 16 x 256 x 32 floats = 512 KiB */
 
 int gemm_pack(gemm_packed *p, const float *w, int n, int k) {
@@ -133,6 +134,22 @@ void gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, 
     int k = p->k;
     if (m == 1) {
         gemv_panels(out, x, p, p0, p1);
+        return;
+    }
+    if ((size_t)m * k * sizeof(float) <= SMALL_M_X_BYTES) {
+        /* Few rows (batched decoding): reading the weights dominates. Each
+         * panel is read start to end once, from memory, for the first row
+         * tile, and again from L2 for the others; X stays in L2 throughout. */
+        for (int pn = p0; pn < p1; pn++) {
+            int cols = p->n - pn * GEMM_PANEL;
+            if (cols > GEMM_PANEL) cols = GEMM_PANEL;
+            const float *panel = p->data + (size_t)pn * k * GEMM_PANEL;
+            for (int i = 0; i < m; i += MR_MAX) {
+                int mr = m - i < MR_MAX ? m - i : MR_MAX;
+                micros[mr - 1](out + (size_t)i * ldo + (size_t)pn * GEMM_PANEL, ldo, x + (size_t)i * k, k, panel, 0,
+                               k, 0, cols);
+            }
+        }
         return;
     }
     for (int k0 = 0; k0 < k; k0 += KB) {
