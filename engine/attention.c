@@ -91,9 +91,15 @@ static float exp_sum(float *sg, int len, float m) {
 
 /* scores[g * len + i] = scale * q_g . k_i for the group's q heads; hd % 16 == 0. */
 static void row_scores(float *scores, int len, const float *q0, int group, int hd, const float *const *krows,
-                       float scale) {
+                       const float *const *vrows, float scale) {
     for (int i = 0; i < len; i++) {
         const float *k = krows[i];
+        /* The rows are scattered over pages and strided inside them, beyond
+         * what the hardware prefetcher follows: fetch keys a few rows ahead,
+         * and each value row one pass before row_values reads it. */
+        if (i + 8 < len)
+            for (int e = 0; e < hd; e += 16) _mm_prefetch((const char *)(krows[i + 8] + e), _MM_HINT_T0);
+        for (int e = 0; e < hd; e += 16) _mm_prefetch((const char *)(vrows[i] + e), _MM_HINT_T1);
         for (int g = 0; g < group; g++) {
             const float *qg = q0 + (size_t)g * hd;
             __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qg), _mm512_loadu_ps(k));
@@ -152,7 +158,7 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
     float mx[group], sum[group];
 #ifdef __AVX512F__
     if (hd % 16 == 0) {
-        row_scores(scores, len, q0, group, hd, krows, scale);
+        row_scores(scores, len, q0, group, hd, krows, vrows, scale);
         for (int g = 0; g < group; g++) {
             float *sg = scores + (size_t)g * len, m = -INFINITY;
             for (int t = 0; t < len; t++) m = sg[t] > m ? sg[t] : m;
