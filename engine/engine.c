@@ -28,6 +28,7 @@ struct latent_engine {
     engine_layer *lin;            /* (n_layers) */
     latent_linear head;           /* (vocab, d) */
     latent_linear w_rec, f_rec, f_cur; /* T2MLR */
+    latent_linear lrt_k, lrt_v;   /* LRT shared memory projection (shared_kv_projection) */
     int recurrence;               /* 0: run the plain backbone (benchmark control) */
     latent_engine_stats stats;
 
@@ -76,6 +77,8 @@ static void engine_free_linears(latent_engine *e) {
     latent_linear_free(&e->w_rec);
     latent_linear_free(&e->f_rec);
     latent_linear_free(&e->f_cur);
+    latent_linear_free(&e->lrt_k);
+    latent_linear_free(&e->lrt_v);
 }
 
 /* Prepares every matrix the forward multiplies by. */
@@ -96,9 +99,11 @@ static int engine_init_linears(latent_engine *e) {
         rc |= latent_linear_init(&E->wu, L->wu, c->ffn, d);
         rc |= latent_linear_init(&E->wd, L->wd, d, c->ffn);
         if (L->lrt_gate) rc |= latent_linear_init(&E->lrt_gate, L->lrt_gate, 2 * c->n_kv_heads, d);
-        if (L->lrt_k) rc |= latent_linear_init(&E->lrt_k, L->lrt_k, kvd, d);
-        if (L->lrt_v) rc |= latent_linear_init(&E->lrt_v, L->lrt_v, kvd, d);
+        if (L->lrt_k && !c->lrt.shared_kv_projection) rc |= latent_linear_init(&E->lrt_k, L->lrt_k, kvd, d);
+        if (L->lrt_v && !c->lrt.shared_kv_projection) rc |= latent_linear_init(&E->lrt_v, L->lrt_v, kvd, d);
     }
+    if (w->lrt_shared_k) rc |= latent_linear_init(&e->lrt_k, w->lrt_shared_k, kvd, d);
+    if (w->lrt_shared_v) rc |= latent_linear_init(&e->lrt_v, w->lrt_shared_v, kvd, d);
     rc |= latent_linear_init(&e->head, w->lm_head, c->vocab, d);
     if (c->rec == LATENT_REC_T2MLR) {
         rc |= latent_linear_init(&e->w_rec, w->t2mlr.w_rec, d, d);
@@ -184,13 +189,24 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, laten
     return 0;
 }
 
+/* The memory's k, v for n rows (mk, mv) through the shared projection: the
+ * same for every injected block, so computed once per wave, not per block. */
+static void lrt_shared_memory_kv(latent_engine *e, const float *mem, int n) {
+    const latent_config *c = e->cfg;
+    if (c->rec != LATENT_REC_LRT || !c->lrt.kv_injection || !c->lrt.shared_kv_projection) return;
+    double t0 = now_seconds();
+    linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&e->lrt_k, &e->lrt_v}, 2, mem, n);
+    e->stats.recur_seconds += now_seconds() - t0;
+}
+
 /* LRT KV injection (models.md §3) on n rows: k, v of each kv head j become
- * g_loc_j * k_j + g_fb_j * (m K^T)_j, gates g = 2 sigmoid(a G^T). */
+ * g_loc_j * k_j + g_fb_j * (m K^T)_j, gates g = 2 sigmoid(a G^T) (computed
+ * with q, k, v). With a shared projection mk, mv are already there. */
 static void lrt_kv_inject(latent_engine *e, const engine_layer *E, const float *mem, int n) {
     const latent_config *c = e->cfg;
     int kvd = latent_config_kv_dim(c), nkv = c->n_kv_heads, hd = c->head_dim;
-    linear_forward(e->gate, e->xb, &E->lrt_gate, n);
-    linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&E->lrt_k, &E->lrt_v}, 2, mem, n);
+    if (!c->lrt.shared_kv_projection)
+        linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&E->lrt_k, &E->lrt_v}, 2, mem, n);
     for (int r = 0; r < n; r++) {
         const float *g = e->gate + (size_t)r * 2 * nkv;
         for (int j = 0; j < nkv; j++) {
@@ -222,7 +238,12 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
         e->stats.recur_seconds += now_seconds() - t0;
     }
     rmsnorm_forward(e->xb, x, L->attn_norm, n, d, c->rms_eps);
-    linear_forward_multi((float *[]){e->q, e->k, e->v}, (const latent_linear *[]){&E->wq, &E->wk, &E->wv}, 3, e->xb, n);
+    if (inject && c->lrt.kv_injection)
+        /* the gates read the same normed input as q, k, v: one parallel section */
+        linear_forward_multi((float *[]){e->q, e->k, e->v, e->gate},
+                             (const latent_linear *[]){&E->wq, &E->wk, &E->wv, &E->lrt_gate}, 4, e->xb, n);
+    else
+        linear_forward_multi((float *[]){e->q, e->k, e->v}, (const latent_linear *[]){&E->wq, &E->wk, &E->wv}, 3, e->xb, n);
     if (inject && c->lrt.kv_injection) {
         double t0 = now_seconds();
         lrt_kv_inject(e, E, mem, n);
@@ -340,6 +361,7 @@ static void run_wave(latent_engine *e, float *wx, const row_meta *rows, int n, i
      * is captured after the source block (or the final norm) and committed
      * only after the wave, since later blocks still inject m_{t-1}. */
     int src = c->lrt.source_layer;
+    lrt_shared_memory_kv(e, e->mem, n);
     for (int l = lo; l <= hi; l++) {
         block_forward(e, l, wx, rows, n, e->mem);
         if (l == src) memcpy(e->state_new, wx, (size_t)n * d * sizeof(float));
@@ -439,6 +461,7 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
         double t0 = now_seconds();
         lrt_memory_from_below(e, entries, n_entries, start);
         e->stats.recur_seconds += now_seconds() - t0;
+        lrt_shared_memory_kv(e, e->mem, N);
         first_after = src + 1;
     }
     for (int l = first_after; l < c->n_layers; l++)
