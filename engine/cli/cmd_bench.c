@@ -27,7 +27,9 @@ static const char *help =
     "standard benchmark model in memory: random weights shaped like SmolLM2-135M\n"
     "(d 576, 30 blocks, 9 heads, 3 KV heads, FFN 1536, vocab 49152), as T2MLR\n"
     "(window 12..17) and LRT (source 18, injected 0..19, shared projection).\n"
-    "Each figure is the best of --rounds (default 3) alternating runs.\n"
+    "Each figure is the best of --rounds (default 3). Prefill runs alternate\n"
+    "recurrence on and off; decoding runs both side by side, their steps taken\n"
+    "in turn, and the decode ratio is backbone over recurrent median step time.\n"
     "--kernels instead times the engine's matrix kernel against OpenBLAS on one\n"
     "1536x576 weight at 1, 8, 32 and 512 rows (with --threads 1: per core),\n"
     "then single rows through 40 such weights (140 MB, read from memory as in\n"
@@ -106,47 +108,93 @@ static int bench_prefill(latent_engine *eng, const latent_model *m, int n, int n
     return rc;
 }
 
-/* B sequences, a 32-token prompt each (prefilled together), then `steps`
- * greedy decode steps of all B at once: aggregate tokens/s and step times. */
-static int bench_decode(latent_engine *eng, const latent_model *m, int B, int steps, figure *out, latent_err *err) {
-    const int prompt = 32, V = m->cfg.vocab;
-    int per_seq = (prompt + steps) / 16 + 2;
+/* One batch of B decoding sequences, with its own pool. */
+typedef struct {
     latent_kv_pool pool;
-    if (latent_kv_pool_init(&pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16) * per_seq * B, err) != 0) return -1;
-    latent_seq *seqs = calloc(B, sizeof *seqs);
-    int32_t *tok = malloc((size_t)B * prompt * sizeof *tok), *next = malloc(B * sizeof *next);
-    float *logits = malloc((size_t)B * V * sizeof(float));
-    latent_batch_entry *es = calloc(B, sizeof *es);
-    double *times = malloc(steps * sizeof *times);
-    int rc = 0;
+    latent_seq *seqs;
+    int32_t *tok, *next;
+    float *logits;
+    latent_batch_entry *es;
+    double *times, total;
+} decode_set;
+
+static void decode_set_free(decode_set *d, int B) {
+    if (d->seqs)
+        for (int b = 0; b < B; b++) latent_seq_free(&d->seqs[b]);
+    free(d->seqs), free(d->tok), free(d->next), free(d->logits), free(d->es), free(d->times);
+    latent_kv_pool_free(&d->pool);
+}
+
+/* Allocates the set and prefills a 32-token prompt per sequence (together). */
+static int decode_set_start(decode_set *d, latent_engine *eng, const latent_model *m, int B, int steps,
+                            latent_err *err) {
+    const int prompt = 32, V = m->cfg.vocab;
+    memset(d, 0, sizeof *d);
+    int per_seq = (prompt + steps) / 16 + 2;
+    if (latent_kv_pool_init(&d->pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16) * per_seq * B, err) != 0) return -1;
+    d->seqs = calloc(B, sizeof *d->seqs);
+    d->tok = malloc((size_t)B * prompt * sizeof *d->tok), d->next = malloc(B * sizeof *d->next);
+    d->logits = malloc((size_t)B * V * sizeof(float));
+    d->es = calloc(B, sizeof *d->es);
+    d->times = malloc(steps * sizeof *d->times);
+    if (!d->seqs || !d->tok || !d->next || !d->logits || !d->es || !d->times)
+        return latent_err_set(err, "bench: out of memory for %d sequences", B);
     for (int b = 0; b < B; b++) {
-        latent_seq_init(&seqs[b], &pool, &m->cfg, err);
-        for (int i = 0; i < prompt; i++) tok[b * prompt + i] = (b * 131 + i * 17 + 3) % V;
-        es[b] = (latent_batch_entry){.seq = &seqs[b], .tokens = tok + b * prompt, .n_tokens = prompt, .prompt = 1,
-                                     .logits = LATENT_LOGITS_LAST, .out = logits + (size_t)b * V};
+        if (latent_seq_init(&d->seqs[b], &d->pool, &m->cfg, err) != 0) return -1;
+        for (int i = 0; i < prompt; i++) d->tok[b * prompt + i] = (b * 131 + i * 17 + 3) % V;
+        d->es[b] = (latent_batch_entry){.seq = &d->seqs[b], .tokens = d->tok + b * prompt, .n_tokens = prompt,
+                                        .prompt = 1, .logits = LATENT_LOGITS_LAST, .out = d->logits + (size_t)b * V};
     }
-    rc = latent_engine_step(eng, es, B, err);
-    double total = 0;
-    for (int s = 0; s < steps && rc == 0; s++) {
-        for (int b = 0; b < B; b++) {
-            next[b] = argmax(logits + (size_t)b * V, V);
-            es[b] = (latent_batch_entry){.seq = &seqs[b], .tokens = &next[b], .n_tokens = 1, .prompt = 0,
-                                         .logits = LATENT_LOGITS_LAST, .out = logits + (size_t)b * V};
+    return latent_engine_step(eng, d->es, B, err);
+}
+
+/* One greedy decode step of every sequence of the set, timed. */
+static int decode_set_step(decode_set *d, latent_engine *eng, const latent_model *m, int B, int s, latent_err *err) {
+    const int V = m->cfg.vocab;
+    for (int b = 0; b < B; b++) {
+        d->next[b] = argmax(d->logits + (size_t)b * V, V);
+        d->es[b] = (latent_batch_entry){.seq = &d->seqs[b], .tokens = &d->next[b], .n_tokens = 1, .prompt = 0,
+                                        .logits = LATENT_LOGITS_LAST, .out = d->logits + (size_t)b * V};
+    }
+    double t0 = now_s();
+    int rc = latent_engine_step(eng, d->es, B, err);
+    d->times[s] = now_s() - t0;
+    d->total += d->times[s];
+    return rc;
+}
+
+static void decode_set_figure(decode_set *d, int B, int steps, figure *out) {
+    qsort(d->times, steps, sizeof *d->times, cmp_double);
+    out->tok_s = (double)B * steps / d->total;
+    out->p50_ms = d->times[steps / 2] * 1e3;
+    out->p99_ms = d->times[(int)(steps * 0.99)] * 1e3;
+}
+
+/* B sequences decoding `steps` greedy steps together after their prompts:
+ * aggregate tokens/s and step times. With `both`, a second set runs the
+ * backbone (recurrence off) and the two take steps in turn, alternating
+ * which goes first, so a burst of load on this shared machine lands on both
+ * rather than on one whole run: out[1] recurrent, out[0] backbone. */
+static int bench_decode(latent_engine *eng, const latent_model *m, int B, int steps, int both, figure out[2],
+                        latent_err *err) {
+    decode_set set[2];
+    memset(set, 0, sizeof set);
+    int rc = 0, lo = both ? 0 : 1;
+    for (int on = 1; on >= lo && rc == 0; on--) {
+        latent_engine_set_recurrence(eng, on);
+        rc = decode_set_start(&set[on], eng, m, B, steps, err);
+    }
+    for (int s = 0; s < steps && rc == 0; s++)
+        for (int i = 0; i < 2 - lo && rc == 0; i++) {
+            int on = both ? (s + i) % 2 : 1;
+            latent_engine_set_recurrence(eng, on);
+            rc = decode_set_step(&set[on], eng, m, B, s, err);
         }
-        double t0 = now_s();
-        rc = latent_engine_step(eng, es, B, err);
-        times[s] = now_s() - t0;
-        total += times[s];
+    for (int on = 1; on >= lo; on--) {
+        if (rc == 0) decode_set_figure(&set[on], B, steps, &out[on]);
+        decode_set_free(&set[on], B);
     }
-    if (rc == 0) {
-        qsort(times, steps, sizeof *times, cmp_double);
-        out->tok_s = (double)B * steps / total;
-        out->p50_ms = times[steps / 2] * 1e3;
-        out->p99_ms = times[(int)(steps * 0.99)] * 1e3;
-    }
-    for (int b = 0; b < B; b++) latent_seq_free(&seqs[b]);
-    free(seqs), free(tok), free(next), free(logits), free(es), free(times);
-    latent_kv_pool_free(&pool);
+    latent_engine_set_recurrence(eng, 1);
     return rc;
 }
 
@@ -154,7 +202,8 @@ static void keep_best(figure *best, const figure *f) {
     if (f->tok_s > best->tok_s) *best = *f;
 }
 
-/* One model: each measurement alternates recurrence on/off `rounds` times. */
+/* One model, each figure the best of `rounds`. Prefill alternates whole runs
+ * with recurrence on and off; decoding interleaves their steps (bench_decode). */
 static int bench_model(const char *name, const latent_model *m, int prefill, int decode, const int *batches,
                        int n_batches, int rounds) {
     latent_err err;
@@ -168,26 +217,37 @@ static int bench_model(const char *name, const latent_model *m, int prefill, int
     for (int k = -2; k < n_batches; k++) {
         figure best[2];
         memset(best, 0, sizeof best);
-        for (int r = 0; r < rounds; r++)
-            for (int on = 1; on >= (recurrent ? 0 : 1); on--) {
-                latent_engine_set_recurrence(eng, on);
-                figure f = {0, 0, 0};
-                int rc = k == -2   ? bench_prefill(eng, m, prefill, 1, &f, &err)
-                         : k == -1 ? bench_prefill(eng, m, prefill, 4, &f, &err)
-                                   : bench_decode(eng, m, batches[k], decode, &f, &err);
-                if (rc != 0) {
-                    latent_engine_free(eng);
-                    return cli_fail("bench: %s", err.msg);
+        /* decoding: the ratio of median step times, from the round with the
+         * best recurrent throughput (both halves of a round interleave) */
+        double ratio = 0, best_rec = 0;
+        for (int r = 0; r < rounds; r++) {
+            figure f[2] = {{0, 0, 0}, {0, 0, 0}};
+            int rc = 0;
+            if (k < 0) {
+                for (int on = 1; on >= (recurrent ? 0 : 1) && rc == 0; on--) {
+                    latent_engine_set_recurrence(eng, on);
+                    rc = bench_prefill(eng, m, prefill, k == -2 ? 1 : 4, &f[on], &err);
                 }
-                keep_best(&best[on], &f);
+                latent_engine_set_recurrence(eng, 1);
+            } else {
+                rc = bench_decode(eng, m, batches[k], decode, recurrent, f, &err);
+                if (rc == 0 && recurrent && f[1].tok_s > best_rec) best_rec = f[1].tok_s, ratio = f[0].p50_ms / f[1].p50_ms;
             }
+            if (rc != 0) {
+                latent_engine_free(eng);
+                return cli_fail("bench: %s", err.msg);
+            }
+            keep_best(&best[1], &f[1]);
+            if (recurrent) keep_best(&best[0], &f[0]);
+        }
+        if (k < 0 && recurrent) ratio = best[1].tok_s / best[0].tok_s;
         char label[64];
         if (k == -2) snprintf(label, sizeof label, "prefill %d", prefill);
         else if (k == -1) snprintf(label, sizeof label, "prefill 4 x %d", prefill);
         else snprintf(label, sizeof label, "decode batch %d", batches[k]);
         printf("%-22s %12.1f %10.2f %10.2f", label, best[1].tok_s, best[1].p50_ms, best[1].p99_ms);
         if (recurrent)
-            printf(" %12.1f %10.2f %8.3f", best[0].tok_s, best[0].p50_ms, best[1].tok_s / best[0].tok_s);
+            printf(" %12.1f %10.2f %8.3f", best[0].tok_s, best[0].p50_ms, ratio);
         printf("\n");
         fflush(stdout);
     }

@@ -131,5 +131,18 @@ print(json.dumps(bpe_py.Tokenizer(sys.argv[2]).encode(sys.argv[3])))' "$ref" "$m
     fi
 done
 
+# --- bench runs on a model directory ------------------------------------------
+# Not a speed check (that is `make bench`): every row is printed with positive
+# figures and, for a recurrent model, a ratio beside the backbone's.
+for m in "$tmp/lrt" "$model"; do
+    out=$("$latent" bench --model "$m" --prefill 20 --decode 4 --batches 1,3 --rounds 1 --threads 2 2>"$tmp/err")
+    rows=$(awk '/^(prefill|decode) / && $(NF) + 0 > 0 && $(NF-3) + 0 > 0' <<<"$out" | wc -l)
+    if [ "$rows" -eq 4 ]; then
+        ok "bench --model $(basename "$m"): 4 rows with ratios"
+    else
+        fail "bench --model $(basename "$m"): 4 rows with ratios" "$out" "$(head -c 300 "$tmp/err")"
+    fi
+done
+
 echo "$((n - fails)) of $n checks passed"
 [ "$fails" -eq 0 ]
