@@ -246,8 +246,10 @@ import json,sys; [json.loads(l) for l in open(sys.argv[1])]' $tmp/N.log"
 stop_server N
 
 # --- SIGTERM drain -------------------------------------------------------------------------------------------
-# A long context, so a request runs long enough to be caught running.
-"$PY" "$root/tests/ref/make_model.py" --out "$tmp/long" --kind t2mlr --seed 2 --max-pos 4096 >/dev/null
+# A long context and a model big enough (about 1 ms a token here) that a
+# 3000-token request is still running when the 0.5 s grace period ends.
+"$PY" "$root/tests/ref/make_model.py" --out "$tmp/long" --kind t2mlr --seed 2 --max-pos 4096 \
+    --d 384 --layers 8 --ffn 1024 >/dev/null
 start_server D "$tmp/long" --grace-seconds 120 --max-tokens 4000 || exit 1
 check "SIGTERM drain: running request finishes, new work 503" "$PY" "$client" drain "$URL_D" "$PID_D" finish
 for i in $(seq 1 100); do kill -0 "$PID_D" 2>/dev/null || break; sleep 0.1; done
