@@ -11,6 +11,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "attention.h"
@@ -128,6 +130,31 @@ latent_engine *latent_engine_new(const latent_model *m, latent_err *err) {
         return NULL;
     }
     return e;
+}
+
+/* madvise(DONTNEED) on the whole pages inside one matrix: anonymous pages
+ * are freed, pages of a private file mapping dropped (re-read from the file
+ * if ever touched). Edge pages may hold neighbouring tensors and stay. */
+static size_t release_matrix(latent_linear *l, const float *keep) {
+    if (!l->packed || !l->w || l->w == keep) return 0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)l->w, b = a + (size_t)l->out_dim * l->in_dim * sizeof(float);
+    uintptr_t lo = (a + page - 1) / page * page, hi = b / page * page;
+    l->w = NULL; /* never read again: fail loudly rather than read zeros */
+    if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
+    return hi - lo;
+}
+
+size_t latent_engine_release_unpacked(latent_engine *e) {
+    const float *embed = e->m->w.embed;
+    size_t bytes = 0;
+    for (int l = 0; l < e->cfg->n_layers; l++) {
+        latent_linear *ls = &e->lin[l].wq;
+        for (size_t i = 0; i < sizeof(engine_layer) / sizeof(latent_linear); i++) bytes += release_matrix(&ls[i], embed);
+    }
+    latent_linear *rest[] = {&e->head, &e->w_rec, &e->f_rec, &e->f_cur, &e->lrt_k, &e->lrt_v};
+    for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) bytes += release_matrix(rest[i], embed);
+    return bytes;
 }
 
 void latent_engine_free(latent_engine *e) {

@@ -71,12 +71,14 @@ static void load_done(uv_work_t *w, int status) {
     }
     x->ready = 1;
     const latent_config *c = &x->model.cfg;
+    srv_sched_stats st;
+    srv_sched_get_stats(x->sched, &st);
     srv_log(SRV_LOG_INFO, "model %s loaded as '%s': %s, d %d, %d layers, vocab %d, context %d; chat template %s; "
-                          "KV pool %d pages of %d tokens (%ld MiB); %d engine threads",
+                          "KV pool %d pages of %d tokens (%ld MiB); %d engine threads; %.1f MiB of unpacked weights released",
             x->cfg.model_dir, x->served_name,
             c->rec == LATENT_REC_T2MLR ? "T2MLR" : c->rec == LATENT_REC_LRT ? "LRT" : "Llama", c->d, c->n_layers, c->vocab,
             c->max_pos, srv_tmpl_name(x->tmpl.kind), srv_sched_pool_pages(x->sched), x->cfg.page_tokens, x->cfg.kv_pool_mib,
-            latent_get_threads());
+            latent_get_threads(), st.released_weight_bytes / 1048576.0);
     srv_sdnotify("READY=1\nSTATUS=serving");
 }
 

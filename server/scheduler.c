@@ -108,6 +108,9 @@ srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_
     pthread_cond_init(&s->cv, NULL);
     if (latent_kv_pool_init(&s->pool, &m->cfg, o->page_tokens, o->pool_bytes, err) != 0) goto fail;
     if (!(s->eng = latent_engine_new(m, err))) goto fail;
+    /* The daemon uses the model only through this engine: one copy of the
+     * weights (the packed one) is enough. */
+    s->stats.released_weight_bytes = latent_engine_release_unpacked(s->eng);
     if (srv_cache_init(&s->cache, o->cache_entries) != 0) {
         latent_err_set(err, "scheduler: out of memory");
         goto fail;

@@ -38,6 +38,7 @@ typedef struct srv_sched_stats {
     int waiting, running, held;
     int pages_total, pages_free, pages_cached, cache_entries;
     long long prefill_tokens, reused_tokens, generated_tokens, failed_steps, preemptions;
+    size_t released_weight_bytes; /* the model's copies the engine repacked, given back at start */
     latent_engine_stats engine;
 } srv_sched_stats;
 

@@ -36,6 +36,14 @@ typedef struct latent_engine latent_engine;
 latent_engine *latent_engine_new(const latent_model *m, latent_err *err);
 void latent_engine_free(latent_engine *e);
 
+/* Gives back to the system the memory of the model's own copies of the
+ * matrices the engine repacked (all but the embedding, still read for token
+ * lookups): on CPUs with the packed kernel the engine never reads them again,
+ * so a server need not hold the weights twice. Afterwards the model must not
+ * be used for anything but this engine (no training, saving or second
+ * engine). Returns the bytes released; 0 without the packed kernel. */
+size_t latent_engine_release_unpacked(latent_engine *e);
+
 /* Runs one step. Reserves pages for every entry first; fails without running
  * anything when the pool is exhausted or a sequence would pass max_pos. */
 int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n, latent_err *err);
