@@ -39,12 +39,25 @@ static void wake_loop(void *arg) { uv_async_send(&((srv_ctx *)arg)->wake); }
 
 /* ---- model loading on libuv's thread pool ---------------------------------------- */
 
+/* Loads the model and builds the scheduler (KV pool committed, weights
+ * packed): seconds for a large model, all of it off the loop thread, so
+ * /health keeps answering 503 meanwhile. */
 static void load_work(uv_work_t *w) {
     srv_ctx *x = w->data;
     x->load_rc = latent_model_load(&x->model, x->cfg.model_dir, &x->load_err);
     if (x->load_rc == 0 && !x->model.tok) {
         x->load_rc = -1;
         latent_err_set(&x->load_err, "%s has no tokenizer.json (the server needs one)", x->cfg.model_dir);
+    }
+    if (x->load_rc != 0) return;
+    srv_sched_opts o = {.pool_bytes = (size_t)x->cfg.kv_pool_mib << 20, .page_tokens = x->cfg.page_tokens,
+                        .max_sessions = x->cfg.max_sessions, .queue_len = x->cfg.queue_len,
+                        .step_tokens = x->cfg.step_tokens, .prefill_chunk = x->cfg.prefill_chunk,
+                        .cache_entries = x->cfg.prefix_cache};
+    latent_err err;
+    if (!(x->loaded_sched = srv_sched_new(&x->model, &o, &err))) {
+        x->load_rc = -1;
+        latent_err_set(&x->load_err, "cannot start the scheduler: %s", err.msg);
     }
 }
 
@@ -58,12 +71,10 @@ static void load_done(uv_work_t *w, int status) {
     }
     if (x->stopping) return;
     x->eot_id = x->tmpl.end_of_turn ? latent_tokenizer_token_id(x->model.tok, x->tmpl.end_of_turn) : -1;
-    srv_sched_opts o = {.pool_bytes = (size_t)x->cfg.kv_pool_mib << 20, .page_tokens = x->cfg.page_tokens,
-                        .max_sessions = x->cfg.max_sessions, .queue_len = x->cfg.queue_len,
-                        .step_tokens = x->cfg.step_tokens, .prefill_chunk = x->cfg.prefill_chunk,
-                        .cache_entries = x->cfg.prefix_cache};
     latent_err err;
-    if (!(x->sched = srv_sched_new(&x->model, &o, &err)) || srv_sched_start(x->sched, wake_loop, on_step, x, &err) != 0) {
+    x->sched = x->loaded_sched;
+    x->loaded_sched = NULL;
+    if (srv_sched_start(x->sched, wake_loop, on_step, x, &err) != 0) {
         srv_log(SRV_LOG_ERROR, "cannot start the scheduler: %s", err.msg);
         x->exit_code = 1;
         shutdown_now(x);
@@ -218,6 +229,7 @@ int main(int argc, char **argv) {
     uv_run(x->loop, UV_RUN_DEFAULT);
 
     srv_sched_free(x->sched);
+    srv_sched_free(x->loaded_sched); /* loaded while the server was already stopping */
     uv_loop_close(x->loop);
     latent_model_free(&x->model);
     srv_tmpl_free(&x->tmpl);

@@ -25,6 +25,7 @@ typedef struct srv_ctx {
     int ready;                /* model loaded, scheduler running */
     int eot_id;               /* the chat template's end-of-turn token, or -1 */
     srv_sched *sched;
+    srv_sched *loaded_sched;      /* made by the loading thread, taken over by the loop in load_done */
     srv_http *http;
     srv_metrics metrics;
     uv_async_t wake;          /* the step thread's "tokens are ready" */
