@@ -12,12 +12,14 @@
 #define GEMM_PANEL 32
 
 typedef struct gemm_packed {
-    float *data;      /* (n_panels, k, GEMM_PANEL), 64-byte aligned; owned */
+    float *data;      /* (n_panels, k, GEMM_PANEL), huge-page aligned; owned */
     int n, k, n_panels;
 } gemm_packed;
 
 /* 1 when this CPU runs the packed kernel (AVX-512F); otherwise use BLAS. */
 int gemm_available(void);
+/* Bytes of n_panels panels over k (their memory comes from huge_alloc). */
+size_t gemm_packed_bytes(int n_panels, int k);
 /* Packs W (n, k); -1 when out of memory. */
 int gemm_pack(gemm_packed *p, const float *w, int n, int k);
 void gemm_packed_free(gemm_packed *p);

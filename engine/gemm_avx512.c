@@ -10,6 +10,7 @@
  * extra pass over them at small M, i.e. batched decoding) and runs its AVX2
  * kernels under OPENBLAS_CORETYPE=Haswell, which this machine type sets. */
 #include "gemm.h"
+#include "hugemem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,7 @@
 int gemm_pack(gemm_packed *p, const float *w, int n, int k) {
     memset(p, 0, sizeof *p);
     int np = (n + GEMM_PANEL - 1) / GEMM_PANEL;
-    size_t bytes = (size_t)np * k * GEMM_PANEL * sizeof(float);
-    p->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    p->data = huge_alloc(gemm_packed_bytes(np, k));
     if (!p->data) return -1;
     for (int pn = 0; pn < np; pn++) {
         float *dst = p->data + (size_t)pn * k * GEMM_PANEL;
@@ -37,9 +37,11 @@ int gemm_pack(gemm_packed *p, const float *w, int n, int k) {
     return 0;
 }
 
+size_t gemm_packed_bytes(int n_panels, int k) { return (size_t)n_panels * k * GEMM_PANEL * sizeof(float); }
+
 void gemm_packed_free(gemm_packed *p) {
     if (!p) return;
-    free(p->data);
+    huge_free(p->data, gemm_packed_bytes(p->n_panels, p->k));
     memset(p, 0, sizeof *p);
 }
 

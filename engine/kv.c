@@ -1,6 +1,8 @@
 /* KV pages from a fixed pool, and the per-sequence state built on them. */
 #include "latent/kv.h"
 
+#include "hugemem.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -32,8 +34,8 @@ int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_to
     p->page_tokens = page_tokens;
     p->n_pages = (int)n;
     size_t floats = n * page_bytes / (2 * sizeof(float));
-    p->k = malloc(floats * sizeof(float));
-    p->v = malloc(floats * sizeof(float));
+    p->k = huge_alloc(floats * sizeof(float));
+    p->v = huge_alloc(floats * sizeof(float));
     p->refcount = calloc(n, sizeof(int));
     p->free_stack = malloc(n * sizeof(int));
     if (!p->k || !p->v || !p->refcount || !p->free_stack) {
@@ -53,8 +55,9 @@ int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_to
 
 void latent_kv_pool_free(latent_kv_pool *p) {
     if (!p) return;
-    free(p->k);
-    free(p->v);
+    size_t bytes = (size_t)p->n_pages * p->n_layers * p->page_tokens * p->kv_dim * sizeof(float);
+    huge_free(p->k, bytes);
+    huge_free(p->v, bytes);
     free(p->refcount);
     free(p->free_stack);
     memset(p, 0, sizeof *p);

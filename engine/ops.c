@@ -2,6 +2,7 @@
 #include "latent/ops.h"
 #include "latent/threads.h"
 #include "gemm.h"
+#include "hugemem.h"
 #include "simd_exp.h"
 
 #include <cblas.h>
@@ -54,7 +55,7 @@ int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim
 
 void latent_linear_free(latent_linear *l) {
     if (!l) return;
-    free(l->packed);
+    if (l->packed) huge_free(l->packed, gemm_packed_bytes(l->n_panels, l->in_dim));
     memset(l, 0, sizeof *l);
 }
 

@@ -1,0 +1,40 @@
+/* Large buffers on transparent huge pages: see hugemem.h. */
+#include "hugemem.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t huge_round(size_t bytes) { return (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
+
+void *huge_alloc(size_t bytes) {
+    if (bytes == 0) bytes = 1;
+    if (bytes < HUGE_PAGE) {
+        /* rounding a small buffer up to a huge page would waste most of it */
+        void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (p) memset(p, 0, bytes);
+        return p;
+    }
+    size_t len = huge_round(bytes);
+    /* Over-allocate one huge page so the start can be aligned to one, then
+     * give back the unaligned head and tail. */
+    uint8_t *raw = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    size_t tail = (size_t)(raw + len + HUGE_PAGE - (p + len));
+    if (tail) munmap(p + len, tail);
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE); /* advice only: small pages still work */
+#endif
+    return p;
+}
+
+void huge_free(void *p, size_t bytes) {
+    if (!p) return;
+    if (bytes < HUGE_PAGE) free(p);
+    else munmap(p, huge_round(bytes));
+}
