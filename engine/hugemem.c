@@ -5,10 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
-static size_t huge_round(size_t bytes) { return (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
+/* The length is rounded to small pages only: the 2 MiB-aligned whole huge
+ * pages inside get huge pages, the tail small ones, and nothing is wasted. */
+static size_t huge_round(size_t bytes) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return (bytes + page - 1) / page * page;
+}
 
 void *huge_alloc(size_t bytes) {
     if (bytes == 0) bytes = 1;
