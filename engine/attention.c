@@ -71,24 +71,6 @@ static inline void axpy(float *y, float a, const float *x, int n) {
 
 #ifdef __AVX512F__
 
-/* sg[0..len) = e^(sg - m); returns their sum. */
-static float exp_sum(float *sg, int len, float m) {
-    __m512 acc = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
-    int t = 0;
-    for (; t + 16 <= len; t += 16) {
-        __m512 e = exp512_ps(_mm512_sub_ps(_mm512_loadu_ps(sg + t), mv));
-        _mm512_storeu_ps(sg + t, e);
-        acc = _mm512_add_ps(acc, e);
-    }
-    if (t < len) {
-        __mmask16 k = tail_mask16(len - t);
-        __m512 e = exp512_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sg + t), mv));
-        _mm512_mask_storeu_ps(sg + t, k, e);
-        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
 /* scores[g * len + i] = scale * q_g . k_i for the group's q heads; hd % 16 == 0. */
 static void row_scores(float *scores, int len, const float *q0, int group, int hd, const float *const *krows,
                        const float *const *vrows, float scale) {
@@ -155,27 +137,31 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
     }
     float *out0 = it->part >= 0 ? j->parts + (size_t)it->part * group * (hd + 2)
                                 : j->att + (size_t)r * qd + (size_t)it->kvh * group * hd;
-    float mx[group], sum[group];
 #ifdef __AVX512F__
-    if (hd % 16 == 0) {
-        row_scores(scores, len, q0, group, hd, krows, vrows, scale);
-        for (int g = 0; g < group; g++) {
-            float *sg = scores + (size_t)g * len, m = -INFINITY;
-            for (int t = 0; t < len; t++) m = sg[t] > m ? sg[t] : m;
-            mx[g] = m, sum[g] = exp_sum(sg, len, m);
-        }
-        row_values(out0, scores, len, group, hd, vrows);
-    } else
+    int fast = hd % 16 == 0;
+#else
+    int fast = 0;
 #endif
-    {
+    /* scores (group, len), then their exponentials, then the weighted values */
+    if (fast) {
+#ifdef __AVX512F__
+        row_scores(scores, len, q0, group, hd, krows, vrows, scale);
+#endif
+    } else {
         for (int t = 0; t < len; t++)
             for (int g = 0; g < group; g++) scores[(size_t)g * len + t] = dot(q0 + (size_t)g * hd, krows[t], hd) * scale;
-        for (int g = 0; g < group; g++) {
-            float *sg = scores + (size_t)g * len, m = -INFINITY, l = 0;
-            for (int t = 0; t < len; t++) m = sg[t] > m ? sg[t] : m;
-            for (int t = 0; t < len; t++) l += sg[t] = expf(sg[t] - m);
-            mx[g] = m, sum[g] = l;
-        }
+    }
+    float mx[group], sum[group];
+    for (int g = 0; g < group; g++) {
+        float *sg = scores + (size_t)g * len, m = -INFINITY;
+        for (int t = 0; t < len; t++) m = sg[t] > m ? sg[t] : m;
+        mx[g] = m, sum[g] = exp_shift_sum(sg, len, m);
+    }
+    if (fast) {
+#ifdef __AVX512F__
+        row_values(out0, scores, len, group, hd, vrows);
+#endif
+    } else {
         memset(out0, 0, (size_t)group * hd * sizeof(float));
         for (int t = 0; t < len; t++)
             for (int g = 0; g < group; g++) axpy(out0 + (size_t)g * hd, scores[(size_t)g * len + t], vrows[t], hd);
@@ -278,6 +264,15 @@ static void merge_parts(const attn_job *j, int n_items) {
     }
 }
 
+/* Rows r, r+1, ... that are consecutive positions of one sequence, at most
+ * BLOCK_ROWS of them: one work item's run. */
+static int run_length(const row_meta *rows, int r, int n) {
+    int len = 1;
+    while (r + len < n && len < BLOCK_ROWS && rows[r + len].seq == rows[r].seq && rows[r + len].pos == rows[r].pos + len)
+        len++;
+    return len;
+}
+
 void attention_forward(float *att, const float *q, const row_meta *rows, int n, int layer,
                        const latent_config *c, attn_scratch *s) {
     /* Work items: runs of consecutive rows of one sequence, cut into blocks,
@@ -285,14 +280,8 @@ void attention_forward(float *att, const float *q, const row_meta *rows, int n, 
      * too few to keep every thread busy (decoding one or two sequences, or a
      * recurrent prompt token by token), their keys are split into ranges. */
     int singles = 0;
-    for (int r = 0; r < n;) {
-        int len = 1;
-        while (r + len < n && len < BLOCK_ROWS && rows[r + len].seq == rows[r].seq &&
-               rows[r + len].pos == rows[r].pos + len)
-            len++;
-        if (len < GEMM_MIN_ROWS) singles += len;
-        r += len;
-    }
+    for (int r = 0, len; r < n; r += len)
+        if ((len = run_length(rows, r, n)) < GEMM_MIN_ROWS) singles += len;
     int units = singles * c->n_kv_heads, want = 4 * latent_get_threads();
     int split = units > 0 && units < want ? (want + units - 1) / units : 1;
     int max_items = (n + 1) * c->n_kv_heads * split, group = c->n_heads / c->n_kv_heads;
@@ -309,10 +298,7 @@ void attention_forward(float *att, const float *q, const row_meta *rows, int n, 
     }
     int n_items = 0, n_parts = 0;
     for (int r = 0; r < n;) {
-        int len = 1;
-        while (r + len < n && len < BLOCK_ROWS && rows[r + len].seq == rows[r].seq &&
-               rows[r + len].pos == rows[r].pos + len)
-            len++;
+        int len = run_length(rows, r, n);
         if (len >= GEMM_MIN_ROWS) {
             for (int h = 0; h < c->n_kv_heads; h++) items[n_items++] = (attn_item){r, len, h, 0, 0, -1};
             r += len;

@@ -216,29 +216,8 @@ void swiglu_forward_ref(float *out, const float *g, const float *u, size_t n) {
 void softmax_forward(float *x, int n) {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) if (x[i] > mx) mx = x[i];
-#ifdef __AVX512F__
-    __m512 acc = _mm512_setzero_ps(), m = _mm512_set1_ps(mx);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 e = exp512_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), m));
-        _mm512_storeu_ps(x + i, e);
-        acc = _mm512_add_ps(acc, e);
-    }
-    if (i < n) {
-        __mmask16 k = tail_mask16(n - i);
-        __m512 e = exp512_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), m));
-        _mm512_mask_storeu_ps(x + i, k, e);
-        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
-    }
-    __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(acc));
-    for (i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
-    if (i < n) _mm512_mask_storeu_ps(x + i, tail_mask16(n - i), _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask16(n - i), x + i), inv));
-#else
-    double sum = 0;
-    for (int i = 0; i < n; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
-    float inv = (float)(1.0 / sum);
+    float inv = 1.0f / exp_shift_sum(x, n, mx);
     for (int i = 0; i < n; i++) x[i] *= inv;
-#endif
 }
 
 void softmax_forward_ref(float *x, int n) {

@@ -9,6 +9,8 @@
 #ifndef LATENT_SIMD_EXP_H
 #define LATENT_SIMD_EXP_H
 
+#include <math.h>
+
 #ifdef __AVX512F__
 #include <immintrin.h>
 
@@ -31,5 +33,30 @@ static inline __m512 exp512_ps(__m512 x) {
 
 static inline __mmask16 tail_mask16(int n) { return (__mmask16)((1u << n) - 1); }
 #endif
+
+/* x[i] = e^(x[i] - m) for i < n; returns their sum. The softmaxes' core:
+ * m is the row's maximum, so every exponent is <= 0. */
+static inline float exp_shift_sum(float *x, int n, float m) {
+#ifdef __AVX512F__
+    __m512 acc = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 e = exp512_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv));
+        _mm512_storeu_ps(x + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (i < n) {
+        __mmask16 k = tail_mask16(n - i);
+        __m512 e = exp512_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv));
+        _mm512_mask_storeu_ps(x + i, k, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
+    }
+    return _mm512_reduce_add_ps(acc);
+#else
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += x[i] = expf(x[i] - m);
+    return (float)sum;
+#endif
+}
 
 #endif
