@@ -39,6 +39,13 @@ void *huge_alloc(size_t bytes) {
     return p;
 }
 
+void huge_commit(void *p, size_t bytes) {
+    /* volatile: the compiler may drop stores of zero to memory it knows is zero */
+    volatile char *c = p;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < bytes; i += page) c[i] = 0;
+}
+
 void huge_free(void *p, size_t bytes) {
     if (!p) return;
     if (bytes < HUGE_PAGE) free(p);

@@ -5,20 +5,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens) {
     return 2 * sizeof(float) * (size_t)cfg->n_layers * page_tokens * latent_config_kv_dim(cfg);
-}
-
-/* Writes one byte per memory page. Through a volatile pointer: a plain
- * memset after malloc is turned into calloc by the compiler, which maps
- * zero pages lazily and commits nothing. */
-static void commit_pages(void *mem, size_t bytes) {
-    volatile char *c = mem;
-    long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0) page = 4096;
-    for (size_t i = 0; i < bytes; i += (size_t)page) c[i] = 0;
 }
 
 int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_tokens, size_t bytes,
@@ -45,8 +34,8 @@ int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_to
     /* Commit the pool now: the memory is taken at start-up, where running out
      * is an error the caller reports, instead of page by page under the first
      * requests (each first touch a page fault inside a timed step). */
-    commit_pages(p->k, floats * sizeof(float));
-    commit_pages(p->v, floats * sizeof(float));
+    huge_commit(p->k, floats * sizeof(float));
+    huge_commit(p->v, floats * sizeof(float));
     /* Pop order hands out page 0 first: keeps early sequences' pages close. */
     for (int i = 0; i < p->n_pages; i++) p->free_stack[i] = p->n_pages - 1 - i;
     p->n_free = p->n_pages;
