@@ -6,14 +6,8 @@
 # SIGTERM drain (exit 0). Every server runs on 127.0.0.1 and a free port.
 # env: LATENT_BUILD, LATENT_ROOT, PYTHON.
 set -u
-root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-build=${LATENT_BUILD:-$root/build}
-. "$root/tests/server/lib.sh"
-client=$root/tests/server/client.py
-
-model=$tmp/t2mlr
-"$root/tests/make_test_model.sh" "$model" t2mlr >/dev/null
-"$PY" "$root/tests/ref/make_model.py" --out "$tmp/plain" --kind plain --seed 5 >/dev/null
+. "$(dirname "$0")/../server/lib.sh"
+test_models 5
 "$PY" "$root/tests/ref/make_model.py" --out "$tmp/lrt" --kind lrt --seed 6 >/dev/null
 
 start_server A "$model" --api-key k1 --api-key k2 --cors-origin http://app.example --max-body-bytes 20000 \

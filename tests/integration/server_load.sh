@@ -7,14 +7,8 @@
 # while the server keeps serving, and prefix reuse equal to a cold start.
 # env: LATENT_BUILD, LATENT_ROOT, PYTHON.
 set -u
-root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-build=${LATENT_BUILD:-$root/build}
-. "$root/tests/server/lib.sh"
-client=$root/tests/server/client.py
-
-model=$tmp/t2mlr
-"$root/tests/make_test_model.sh" "$model" t2mlr >/dev/null
-"$PY" "$root/tests/ref/make_model.py" --out "$tmp/plain" --kind plain --seed 7 >/dev/null
+. "$(dirname "$0")/../server/lib.sh"
+test_models 7
 
 # A small step budget makes concurrent requests mix decode tokens and prefill chunks in one step.
 start_server A "$model" --step-tokens 48 --prefill-chunk 8 --max-sessions 64 || exit 1

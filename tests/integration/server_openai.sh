@@ -4,9 +4,7 @@
 # seed determinism, logprobs, error classes (tests/server/openai_client.mjs).
 # env: LATENT_BUILD, LATENT_ROOT, PYTHON.
 set -u
-root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-build=${LATENT_BUILD:-$root/build}
-. "$root/tests/server/lib.sh"
+. "$(dirname "$0")/../server/lib.sh"
 
 command -v node >/dev/null || { echo "FAIL: node is not installed"; exit 1; }
 if [ ! -d "$root/tests/node_modules/openai" ]; then
@@ -17,7 +15,7 @@ model=$tmp/t2mlr
 start_server A "$model" --api-key sk-test --served-model-name smol-t2mlr || exit 1
 node "$root/tests/server/openai_client.mjs" "$URL_A" sk-test
 rc=$?
-check "no session left after the SDK run" "$PY" "$root/tests/server/client.py" wait_idle "$URL_A"
+check "no session left after the SDK run" "$PY" "$client" wait_idle "$URL_A"
 stop_server A
 check "clean exit" test "$STOP_RC" = 0
 [ $rc -eq 0 ] && finish

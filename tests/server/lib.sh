@@ -1,7 +1,10 @@
 # Shared by tests/integration/server_*.sh: start the real daemon on
 # 127.0.0.1 and a free port (--port 0; the port is read back from its log),
 # wait until /health answers 200, and always stop it at exit.
-# Sourced; expects `root` and `build` to be set.
+# Sourced by path; env LATENT_ROOT, LATENT_BUILD, PYTHON.
+root=${LATENT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+build=${LATENT_BUILD:-$root/build}
+client=$root/tests/server/client.py
 PY=${PYTHON:-/usr/bin/python3}
 latentd=$build/latentd
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/latentd-test.XXXXXX")
@@ -25,6 +28,13 @@ cleanup() {
 trap cleanup EXIT
 
 [ -x "$latentd" ] || { echo "FAIL: $latentd not built"; exit 1; }
+
+# test_models PLAIN_SEED: $model, the standard T2MLR test model, and $tmp/plain.
+test_models() {
+    model=$tmp/t2mlr
+    "$root/tests/make_test_model.sh" "$model" t2mlr >/dev/null
+    "$PY" "$root/tests/ref/make_model.py" --out "$tmp/plain" --kind plain --seed "$1" >/dev/null
+}
 
 # start_server NAME MODEL_DIR [flags...]: sets URL_<NAME>, PID_<NAME>, LOG_<NAME>.
 start_server() {
