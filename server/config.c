@@ -49,6 +49,8 @@ static const opt opts[] = {
      "chat template (default: recognised from tokenizer_config.json)"},
     {"max-body-bytes", OPT_LONG, O(max_body_bytes), 64, 1L << 32, NULL, "N", "largest request body (default 4194304; 413 past it)"},
     {"max-connections", OPT_INT, O(max_connections), 1, 1 << 20, NULL, "N", "open connections at most (default 1024)"},
+    {"max-connections-per-client", OPT_INT, O(max_connections_per_client), 0, 1 << 20, NULL, "N",
+     "open connections from one client address at most (default 256; 0 = no limit; behind a proxy, 0)"},
     {"timeout-seconds", OPT_INT, O(timeout_seconds), 0, 86400, NULL, "S", "close idle connections after this (default 60; 0 = never)"},
     {"keepalive-seconds", OPT_DOUBLE, O(keepalive_seconds), 0.05, 3600, NULL, "S",
      "SSE keep-alive comment interval while a stream waits in the queue (default 10)"},
@@ -89,6 +91,7 @@ static void defaults(srv_config *c) {
     c->grace_seconds = 30;
     c->max_body_bytes = 4L << 20;
     c->max_connections = 1024;
+    c->max_connections_per_client = 256;
     c->timeout_seconds = 60;
     c->keepalive_seconds = 10;
     c->prefix_cache = 64;

@@ -36,6 +36,7 @@ typedef struct srv_config {
     char *chat_template;      /* --chat-template chatml|llama3|plain (default: from tokenizer_config.json) */
     long max_body_bytes;      /* --max-body-bytes: 413 past this */
     int max_connections;      /* --max-connections */
+    int max_connections_per_client; /* --max-connections-per-client (0 = no limit) */
     int timeout_seconds;      /* --timeout-seconds: idle connection timeout */
     double keepalive_seconds; /* --keepalive-seconds: SSE comment interval while queued */
     int prefix_cache;         /* --prefix-cache: finished sequences kept for prefix reuse (0 = off) */

@@ -14,6 +14,7 @@ static const struct {
     [SRV_ERR_NONE] = {200, "", NULL},
     [SRV_ERR_INVALID_JSON] = {400, "invalid_request_error", "invalid_json"},
     [SRV_ERR_INVALID_FIELD] = {400, "invalid_request_error", "invalid_value"},
+    [SRV_ERR_BAD_FRAMING] = {400, "invalid_request_error", "bad_request"},
     [SRV_ERR_MISSING_FIELD] = {400, "invalid_request_error", "missing_required_parameter"},
     [SRV_ERR_CONTEXT_LENGTH] = {400, "invalid_request_error", "context_length_exceeded"},
     [SRV_ERR_UNAUTHORIZED] = {401, "invalid_request_error", "invalid_api_key"},
@@ -23,6 +24,7 @@ static const struct {
     [SRV_ERR_TOO_LARGE] = {413, "invalid_request_error", "request_too_large"},
     [SRV_ERR_OVERLOADED] = {429, "rate_limit_error", "server_overloaded"},
     [SRV_ERR_INTERNAL] = {500, "server_error", "internal_error"},
+    [SRV_ERR_NOT_IMPLEMENTED] = {501, "invalid_request_error", "not_implemented"},
     [SRV_ERR_DRAINING] = {503, "server_error", "server_shutting_down"},
     [SRV_ERR_NOT_READY] = {503, "server_error", "model_not_ready"},
 };

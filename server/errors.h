@@ -8,6 +8,7 @@ typedef enum srv_err_kind {
     SRV_ERR_NONE = 0,
     SRV_ERR_INVALID_JSON,     /* 400: the body is not JSON (or not an object) */
     SRV_ERR_INVALID_FIELD,    /* 400: a field has the wrong type or value */
+    SRV_ERR_BAD_FRAMING,      /* 400: ambiguous message framing or a missing Host */
     SRV_ERR_MISSING_FIELD,    /* 400: a required field is absent */
     SRV_ERR_CONTEXT_LENGTH,   /* 400: prompt (+ max_tokens) longer than the context or the KV pool */
     SRV_ERR_UNAUTHORIZED,     /* 401: missing or wrong API key */
@@ -17,6 +18,7 @@ typedef enum srv_err_kind {
     SRV_ERR_TOO_LARGE,        /* 413: body over the limit */
     SRV_ERR_OVERLOADED,       /* 429: queue full */
     SRV_ERR_INTERNAL,         /* 500 */
+    SRV_ERR_NOT_IMPLEMENTED,  /* 501: a transfer coding we do not speak */
     SRV_ERR_DRAINING,         /* 503: shutting down */
     SRV_ERR_NOT_READY,        /* 503: model not loaded yet */
     SRV_ERR__COUNT

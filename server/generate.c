@@ -30,7 +30,7 @@ static void gen_free(srv_gen *g) {
         json_decref(ch->lp);
     }
     free(g->choices);
-    for (int i = 0; i < g->n_prompts; i++) free(g->ids[i]);
+    for (int i = 0; g->ids && i < g->n_prompts; i++) free(g->ids[i]);
     free(g->ids);
     free(g->n_ids);
     srv_req_free(&g->req);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,9 +16,25 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "http_framing.h"
 #include "log.h"
 
 #define MAX_HDRS 8
+#define LISTEN_BACKLOG 1024
+
+/* One TCP connection, from MHD's accept to its close. A uv_poll watches the
+ * socket for the client hanging up for the connection's whole life: MHD's
+ * edge-triggered epoll does not see a FIN that arrives with the last data
+ * (it stops reading at a short read), and does not watch suspended
+ * connections at all. */
+typedef struct srv_sock {
+    srv_http *h;
+    int fd;
+    uv_poll_t poll;
+    int poll_active;
+    int hung_up;
+    srv_conn *conn;           /* the request being served on it, if any */
+} srv_sock;
 
 struct srv_conn {
     srv_http *h;
@@ -35,8 +52,7 @@ struct srv_conn {
     srv_buf out;
     size_t out_off;
     double t_write;
-    uv_poll_t poll;           /* the socket, for a client that hangs up (from the first suspend on) */
-    int poll_init, poll_active;
+    srv_sock *sock;
     void *data;
     char *hdr_k[MAX_HDRS], *hdr_v[MAX_HDRS];
     int n_hdrs;
@@ -56,6 +72,10 @@ struct srv_http {
     void *ud;
     srv_conn *conns;          /* every request MHD holds */
     int n_conns;
+    int n_socks;              /* open connections */
+    unsigned long long accepts;          /* accept() calls MHD made, refused ones too */
+    unsigned long long accepts_seen;     /* ...at the last srv_http_accepting */
+    int queue_waited;         /* the listen queue had connections at the last srv_http_accepting */
     int handles_open;
     unsigned long long next_id;
 };
@@ -77,7 +97,7 @@ int srv_http_listen(const char *host, int port, const char *unix_path, char *des
         struct stat st;
         if (lstat(unix_path, &st) == 0 && S_ISSOCK(st.st_mode)) unlink(unix_path); /* a stale socket */
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 1024) != 0) {
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
             int e = errno;
             if (fd >= 0) close(fd);
             return latent_err_set(err, "cannot listen on unix socket %s: %s", unix_path, strerror(e));
@@ -101,7 +121,7 @@ int srv_http_listen(const char *host, int port, const char *unix_path, char *des
         }
         int one = 1;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0) break;
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, LISTEN_BACKLOG) == 0) break;
         e = errno;
         close(fd);
         fd = -1;
@@ -145,8 +165,6 @@ static void kick(srv_http *h) {
     if (!h->in_run && h->d) uv_timer_start(&h->timer, on_timer, 0, 0);
 }
 
-static void poll_closed(uv_handle_t *hd);
-
 static void free_conn(srv_conn *c) {
     srv_buf_free(&c->body);
     srv_buf_free(&c->out);
@@ -155,12 +173,7 @@ static void free_conn(srv_conn *c) {
     free(c);
 }
 
-static void poll_closed(uv_handle_t *hd) { free_conn(hd->data); }
-
-static void on_disconnect(uv_poll_t *p, int status, int events) {
-    srv_conn *c = p->data;
-    uv_poll_stop(p);
-    c->poll_active = 0;
+static void conn_peer_gone(srv_conn *c) {
     c->peer_gone = 1;
     if (!c->abort_told) {
         c->abort_told = 1;
@@ -169,19 +182,66 @@ static void on_disconnect(uv_poll_t *p, int status, int events) {
     srv_conn_wake(c);
 }
 
-/* MHD does not watch a suspended connection, so from its first suspend on a
- * uv_poll of ours watches the socket for a hang-up until the request ends
- * (kept through resumes: a stream suspends between every two tokens). */
+/* The client hung up (or half-closed: HTTP/1.1 has no use for a request
+ * that can no longer be followed by reading). Shutting our read side wakes
+ * MHD's epoll so that it reads the end of stream and frees the slot now,
+ * not at the idle timeout. */
+static void on_sock_hangup(uv_poll_t *p, int status, int events) {
+    srv_sock *s = p->data;
+    uv_poll_stop(p);
+    s->poll_active = 0;
+    s->hung_up = 1;
+    shutdown(s->fd, SHUT_RD);
+    if (s->conn) conn_peer_gone(s->conn);
+    kick(s->h);
+}
+
+static void sock_closed(uv_handle_t *hd) { free(hd->data); }
+
+/* Every accept() MHD makes, counted before its own limits refuse any: the
+ * watchdog's evidence that the listener is alive. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+    ((srv_http *)cls)->accepts++;
+    return MHD_YES;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode code) {
+    srv_http *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        srv_sock *s = ci ? calloc(1, sizeof *s) : NULL;
+        h->n_socks++;
+        if (!s) return; /* served without hang-up detection */
+        s->h = h, s->fd = ci->connect_fd;
+        if (uv_poll_init(h->loop, &s->poll, s->fd) != 0) {
+            free(s);
+            return;
+        }
+        s->poll.data = s;
+        if (uv_poll_start(&s->poll, UV_DISCONNECT, on_sock_hangup) == 0) s->poll_active = 1;
+        *socket_context = s;
+        return;
+    }
+    h->n_socks--;
+    srv_sock *s = *socket_context;
+    if (s) {
+        if (s->conn) s->conn->sock = NULL;
+        uv_close((uv_handle_t *)&s->poll, sock_closed); /* before MHD closes the fd */
+        *socket_context = NULL;
+    }
+    /* At max-connections MHD took the listen socket out of its epoll set and
+     * puts it back only on a later MHD_run: with every connection gone there
+     * would be no later run, and latentd would never accept again. */
+    kick(h);
+}
+
+/* MHD does not watch a suspended connection; the socket's uv_poll tells us
+ * when its client hangs up (kept through resumes: a stream suspends between
+ * every two tokens). */
 static void do_suspend(srv_conn *c) {
     if (c->suspended) return;
     MHD_suspend_connection(c->mc);
     c->suspended = 1;
-    if (c->poll_init || c->peer_gone) return;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci || uv_poll_init(c->h->loop, &c->poll, ci->connect_fd) != 0) return;
-    c->poll.data = c;
-    c->poll_init = 1;
-    if (uv_poll_start(&c->poll, UV_DISCONNECT, on_disconnect) == 0) c->poll_active = 1;
 }
 
 void srv_conn_wake(srv_conn *c) {
@@ -228,10 +288,15 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         h->conns = c;
         h->n_conns++;
         *con_cls = c;
-        const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > (unsigned long long)h->o.max_body) {
-            srv_error e;
-            srv_error_set(&e, SRV_ERR_TOO_LARGE, NULL, "the request body is larger than the limit of %ld bytes", h->o.max_body);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        if (ci && ci->socket_context) {
+            c->sock = ci->socket_context;
+            c->sock->conn = c;
+            if (c->sock->hung_up) c->peer_gone = 1;
+        }
+        srv_error e;
+        if (srv_http_check_framing(mc, version, h->o.max_body, &e) != 0) {
+            srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* what follows cannot be trusted */
             srv_conn_reply_error(c, &e, 0);
         }
         return MHD_YES;
@@ -287,8 +352,8 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     else h->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     h->n_conns--;
-    if (c->poll_init) uv_close((uv_handle_t *)&c->poll, poll_closed); /* stops watching the fd now */
-    else free_conn(c);
+    if (c->sock && c->sock->conn == c) c->sock->conn = NULL;
+    free_conn(c);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -307,10 +372,11 @@ srv_http *srv_http_start(uv_loop_t *loop, const srv_http_opts *o, const srv_http
     }
     h->loop = loop, h->o = *o, h->cbs = *cbs, h->ud = ud, h->listen_fd = o->listen_fd;
     unsigned int flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_access, h, MHD_OPTION_LISTEN_SOCKET, o->listen_fd,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned int)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout_s,
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
+    h->d = MHD_start_daemon(flags, 0, on_accept, h, on_access, h, MHD_OPTION_LISTEN_SOCKET, o->listen_fd,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)o->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned int)o->max_connections_per_client, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned int)o->timeout_s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
     if (!h->d) {
         free(h);
         latent_err_set(err, "http: cannot start libmicrohttpd (epoll, suspend/resume)");
@@ -340,6 +406,17 @@ void srv_http_quiesce(srv_http *h) {
 }
 
 int srv_http_active(const srv_http *h) { return h ? h->n_conns : 0; }
+
+int srv_http_accepting(srv_http *h) {
+    if (!h || !h->d || h->listen_fd < 0) return 1;
+    struct pollfd pf = {.fd = h->listen_fd, .events = POLLIN};
+    int waiting = poll(&pf, 1, 0) > 0 && (pf.revents & POLLIN);
+    int deaf = waiting && h->queue_waited && h->accepts == h->accepts_seen && h->n_socks < h->o.max_connections;
+    h->queue_waited = waiting;
+    h->accepts_seen = h->accepts;
+    run(h);
+    return !deaf;
+}
 
 static void handle_closed(uv_handle_t *hd) {
     srv_http *h = hd->data;

@@ -32,6 +32,7 @@ typedef struct srv_http_opts {
     int listen_fd;
     long max_body;
     int max_connections;
+    int max_connections_per_client; /* 0 = no limit */
     int timeout_s;
     const srv_strlist *cors_origins;
 } srv_http_opts;
@@ -43,6 +44,10 @@ int srv_http_listen(const char *host, int port, const char *unix_path, char *des
 srv_http *srv_http_start(uv_loop_t *loop, const srv_http_opts *o, const srv_http_cbs *cbs, void *ud, latent_err *err);
 /* Stops accepting new connections (open ones go on). */
 void srv_http_quiesce(srv_http *h);
+/* 0 when the listener is deaf: connections have waited in the listen queue
+ * across two calls with free slots and nothing accepted (called by the
+ * watchdog; each call also runs MHD once, which re-arms a paused listener). */
+int srv_http_accepting(srv_http *h);
 /* Requests MHD still holds. */
 int srv_http_active(const srv_http *h);
 /* Ends every request, stops MHD, closes the handles (frees h once they are closed). */

@@ -159,13 +159,18 @@ static void on_signal(uv_signal_t *s, int sig) {
 }
 
 static void on_keepalive(uv_timer_t *t) { srv_gen_keepalive(t->data); }
-/* WATCHDOG=1 from the loop, as long as the step thread is alive too: a step
- * stuck for a whole watchdog interval stops the pings and systemd restarts us. */
+/* WATCHDOG=1 from the loop, as long as the step thread is alive and the
+ * listener still accepts: a step stuck for a whole watchdog interval, or
+ * connections left waiting in the listen queue while slots are free, stop
+ * the pings and systemd restarts us. */
 static void on_watchdog(uv_timer_t *t) {
     srv_ctx *x = t->data;
     double interval = (double)srv_sdnotify_watchdog_usec() / 1e6;
-    if (!x->sched || srv_sched_alive(x->sched, interval)) srv_sdnotify("WATCHDOG=1");
-    else srv_log(SRV_LOG_WARN, "the engine step thread has not finished a step for %.0f s: no watchdog ping", interval);
+    if (x->sched && !srv_sched_alive(x->sched, interval))
+        srv_log(SRV_LOG_WARN, "the engine step thread has not finished a step for %.0f s: no watchdog ping", interval);
+    else if (!srv_http_accepting(x->http))
+        srv_log(SRV_LOG_ERROR, "connections wait in the listen queue with free slots and none was accepted: no watchdog ping");
+    else srv_sdnotify("WATCHDOG=1");
 }
 
 int main(int argc, char **argv) {
@@ -198,7 +203,7 @@ int main(int argc, char **argv) {
     x->loop = uv_default_loop();
     int fd = srv_http_listen(x->cfg.host, x->cfg.port, x->cfg.unix_path, x->listen_desc, sizeof x->listen_desc, &err);
     srv_http_opts ho = {.listen_fd = fd, .max_body = x->cfg.max_body_bytes, .max_connections = x->cfg.max_connections,
-                        .timeout_s = x->cfg.timeout_seconds, .cors_origins = &x->cfg.cors_origins};
+                        .max_connections_per_client = x->cfg.max_connections_per_client, .timeout_s = x->cfg.timeout_seconds, .cors_origins = &x->cfg.cors_origins};
     srv_http_cbs cbs = {srv_routes_on_request, srv_routes_on_abort, srv_routes_on_close};
     if (fd < 0 || !(x->http = srv_http_start(x->loop, &ho, &cbs, x, &err))) {
         srv_log(SRV_LOG_ERROR, "%s", err.msg);

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The four ways an attacker took latentd down, each reproduced with small
+# limits: one request crashing it (n above max-sessions), a listener that
+# went deaf after every connection closed at max-connections, connection
+# slots held by clients that had already hung up (and by one address's
+# slowloris), and request smuggling shapes. Attackers use 127.0.0.2; every
+# socket stays on loopback. env: LATENT_BUILD, LATENT_ROOT, PYTHON.
+set -u
+. "$(dirname "$0")/../server/lib.sh"
+attack=$root/tests/server/attack.py
+test_models 5
+
+# --- one request must not crash the server --------------------------------------------------
+start_server A "$model" --max-sessions 4 --queue-len 4 --max-connections 8 --timeout-seconds 3 \
+    --max-connections-per-client 0 || exit 1
+U=$URL_A
+for body in '{"prompt":"a","n":5}' '{"prompt":["a","b","c"],"n":3}' '{"prompt":"a","n":65}'; do
+    check "completions $body: 400, server alive" bash -c "[ \$(curl -s -m 30 -o /dev/null -w '%{http_code}' $U/v1/completions -d '$body') = 400 ] &&
+        [ \$(curl -s -m 5 -o /dev/null -w '%{http_code}' $U/health) = 200 ]"
+done
+check "chat n=5: 400, server alive" bash -c "[ \$(curl -s -m 30 -o /dev/null -w '%{http_code}' $U/v1/chat/completions \
+    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":5}') = 400 ] && [ \$(curl -s -m 5 -o /dev/null -w '%{http_code}' $U/health) = 200 ]"
+check "n equal to max-sessions still served" bash -c "[ \$(curl -s -m 60 -o /dev/null -w '%{http_code}' $U/v1/completions -d '{\"prompt\":\"a\",\"n\":4,\"max_tokens\":2}') = 200 ]"
+
+# --- the listener must come back after every connection closed at the limit --------------------
+check "deaf: 8 idle connections at max-connections 8 timed out together" "$PY" "$attack" deaf "$U" 8 5
+check "deaf: 8 clients at max-connections 8 hung up together" "$PY" "$attack" deaf-hangup "$U" 8
+stop_server A
+
+# --- clients that hung up free their slot at once ---------------------------------------------
+start_server B "$model" --max-connections 64 --max-connections-per-client 0 --timeout-seconds 60 || exit 1
+check "1100 hit-and-run connections, max-connections 64, no per-client limit" "$PY" "$attack" hit-and-run "$URL_B" 1100
+stop_server B
+start_server C "$model" || exit 1
+check "1100 hit-and-run connections from one address, default limits" "$PY" "$attack" hit-and-run "$URL_C" 1100
+stop_server C
+
+# --- one address cannot take every slot; framing that smuggles is refused ------------------------
+start_server D "$model" --max-connections 64 --max-connections-per-client 16 --timeout-seconds 60 || exit 1
+check "slowloris from one address: capped at 16, others served" "$PY" "$attack" slowloris "$URL_D" 200 16
+check "smuggling shapes: 400/501/413, connection closed, nothing smuggled served" "$PY" "$attack" smuggle "$URL_D"
+check "server still serves after the attacks" bash -c "[ \$(curl -s -m 30 -o /dev/null -w '%{http_code}' $URL_D/v1/completions -d '{\"prompt\":\"a\",\"max_tokens\":2}') = 200 ]"
+stop_server D
+[ "$STOP_RC" = 0 ] && ok "drained and exited 0 after the attacks" || fail "exit status after the attacks: $STOP_RC"
+finish
