@@ -11,6 +11,11 @@ DEB_BUILD := libmicrohttpd-dev libjansson-dev libopenblas-dev libuv1-dev libcurl
 # ...and the tests (numpy for the independent reference, node for real clients;
 # node and npm count as present whatever package brought them).
 DEB_TEST  := python3 python3-numpy curl
+# ...and the operations tests: man pages (man-db, groff-base, mandoc), units
+# (systemd: systemd-analyze, systemd-socket-activate), nginx in front (nginx, openssl).
+DEB_TEST  += man-db groff-base mandoc systemd nginx openssl
+# ...and the fuzz targets (tests/integration/fuzz.sh): clang with libFuzzer's runtime.
+DEB_TEST  += clang libclang-rt-dev
 
 ifeq ($(SANITIZER),)
 BUILD   := build
@@ -113,14 +118,12 @@ test: all | $(TEST_STAMP)
 	@$(MAKE) --no-print-directory SANITIZER=undefined unit
 	@tests/run_tests.sh all $(BUILD)
 
-# ---- the daemon (latentd), its load client (latent-bench), the request fuzzer ----
+# ---- the daemon (latentd) and its load client (latent-bench) ----
 SERVER_SRC  := $(wildcard server/*.c)
 SERVER_OBJ  := $(SERVER_SRC:%.c=$(BUILD)/obj/%.o)
 CFLAGS_SERVER = $(shell pkg-config --cflags libmicrohttpd libuv jansson 2>/dev/null)
 LIBS_SERVER   = $(shell pkg-config --libs libmicrohttpd libuv jansson 2>/dev/null)
 LIBS_BENCH    = $(shell pkg-config --libs libcurl 2>/dev/null) -lm -lpthread
-FUZZ_SRC    := tests/fuzz/fuzz_request.c server/openai_request.c server/chat_template.c server/errors.c \
-               server/buf.c server/textstream.c engine/sampler.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
 
 $(BUILD)/obj/server/%.o: server/%.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -129,15 +132,41 @@ $(BUILD)/obj/server/%.o: server/%.c | $(DEPS_STAMP)
 $(BUILD)/latentd: $(SERVER_OBJ) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_SERVER) $(LIBS_ENGINE)
 
-$(BUILD)/latent-bench: $(BUILD)/obj/clients/latent-bench.o
+$(BUILD)/latent-bench: $(BUILD)/obj/clients/latent-bench.o $(BUILD)/obj/clients/bench_stats.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_BENCH)
+# latent-bench's percentiles and bootstrap interval, unit-tested on their own.
+$(BUILD)/tests/test_bench_stats: $(BUILD)/obj/clients/bench_stats.o
 
-# libFuzzer target for the request parser/validator (clang; run by tests/integration/server_fuzz.sh).
-build/fuzz/fuzz_request: $(FUZZ_SRC) $(wildcard server/*.h) | $(DEPS_STAMP)
-	@mkdir -p $(dir $@)
-	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -Iserver \
-	    $(shell pkg-config --cflags jansson 2>/dev/null) -o $@ $(FUZZ_SRC) $(shell pkg-config --libs jansson 2>/dev/null) -lm -lpthread
-fuzz: build/fuzz/fuzz_request
+# ---- libFuzzer targets (clang, ASan + UBSan), tests/fuzz/fuzz_*.c: the request
+# parser/validator, the tokenizer, safetensors + the model loader, config.json.
+# `make fuzz FUZZ_SECONDS=N` builds and runs each for N seconds from its seed
+# corpus tests/fuzz/corpus_<name> (tests/integration/fuzz.sh; `make test` runs it
+# with 20 s each).
+FUZZ_SECONDS ?= 20
+FUZZ_NAMES   := request tokenizer safetensors config
+FUZZ_BIN     := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
+FUZZ_SRC_request     := tests/fuzz/fuzz_request.c server/openai_request.c server/chat_template.c server/errors.c \
+                        server/buf.c server/textstream.c engine/sampler.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
+FUZZ_SRC_tokenizer   := tests/fuzz/fuzz_tokenizer.c engine/tokenizer.c engine/unicode_tables.c engine/error.c
+FUZZ_SRC_safetensors := tests/fuzz/fuzz_safetensors.c engine/safetensors.c engine/model_load.c engine/weights.c \
+                        engine/config.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
+FUZZ_SRC_config      := tests/fuzz/fuzz_config.c engine/config.c engine/weights.c engine/safetensors.c engine/error.c
+define FUZZ_LINK
+@mkdir -p $(dir $@)
+clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -Iserver \
+    $(shell pkg-config --cflags jansson 2>/dev/null) -o $@ $(filter %.c,$^) $(shell pkg-config --libs jansson 2>/dev/null) -lm -lpthread
+endef
+
+build/fuzz/fuzz_request: $(FUZZ_SRC_request) $(wildcard server/*.h include/latent/*.h) | $(TEST_STAMP)
+	$(FUZZ_LINK)
+build/fuzz/fuzz_tokenizer: $(FUZZ_SRC_tokenizer) $(wildcard include/latent/*.h engine/*.h) | $(TEST_STAMP)
+	$(FUZZ_LINK)
+build/fuzz/fuzz_safetensors: $(FUZZ_SRC_safetensors) $(wildcard include/latent/*.h engine/*.h) | $(TEST_STAMP)
+	$(FUZZ_LINK)
+build/fuzz/fuzz_config: $(FUZZ_SRC_config) $(wildcard include/latent/*.h engine/*.h) | $(TEST_STAMP)
+	$(FUZZ_LINK)
+fuzz: $(FUZZ_BIN)
+	@LATENT_ROOT=$(CURDIR) LATENT_FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/integration/fuzz.sh
 
 bench: all
 	$(BUILD)/latent bench
@@ -150,6 +179,54 @@ run: all | $(TEST_STAMP)
 
 clean:
 	rm -rf build
+
+# ---- make install / uninstall --------------------------------------------------------
+# `make install [PREFIX=/usr/local] [DESTDIR=staging dir]`: latent and latent-bench
+# to $(BINDIR), latentd to $(SBINDIR), the systemd units to $(UNITDIR), the
+# config to $(SYSCONFDIR)/latentd (kept if one is there), docs and the nginx
+# examples to $(DOCDIR), man pages to $(MANDIR). The units and man pages are
+# written for PREFIX=/usr/local; sed gives them this PREFIX's paths.
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+SBINDIR    ?= $(PREFIX)/sbin
+SYSCONFDIR ?= /etc
+DOCDIR     ?= $(PREFIX)/share/doc/latentd
+MANDIR     ?= $(PREFIX)/share/man
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+INSTALL    ?= install
+INST_DOCS  := README.md $(wildcard docs/*.md)
+INST_UNITS := systemd/latentd.service systemd/latentd.socket
+INST_MAN   := docs/man/latent.1 docs/man/latentd.conf.5 docs/man/latentd.8
+INST_SED   = -e 's|/usr/local/sbin/latentd|$(SBINDIR)/latentd|g' -e 's|/usr/local/share/doc/latentd|$(DOCDIR)|g' \
+             -e 's|/usr/local/lib/systemd/system|$(UNITDIR)|g' -e 's|/etc/latentd/latentd.conf|$(SYSCONFDIR)/latentd/latentd.conf|g'
+.PHONY: install uninstall
+
+install: all
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/latentd \
+	    $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
+	$(INSTALL) -m 755 $(BUILD)/latent $(BUILD)/latent-bench $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 755 $(BUILD)/latentd $(DESTDIR)$(SBINDIR)/
+	for f in $(INST_UNITS); do sed $(INST_SED) $$f > $(DESTDIR)$(UNITDIR)/$${f##*/} && chmod 644 $(DESTDIR)$(UNITDIR)/$${f##*/} || exit 1; done
+	for f in $(INST_MAN); do d=$(DESTDIR)$(MANDIR)/man$${f##*.}/$${f##*/}; sed $(INST_SED) $$f > $$d && chmod 644 $$d || exit 1; done
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/latentd/latentd.conf ]; then \
+	    echo "keeping $(DESTDIR)$(SYSCONFDIR)/latentd/latentd.conf (the shipped one is $(DOCDIR)/examples/latentd.conf)"; \
+	else echo "$(INSTALL) -m 644 etc/latentd.conf $(DESTDIR)$(SYSCONFDIR)/latentd/"; \
+	    $(INSTALL) -m 644 etc/latentd.conf $(DESTDIR)$(SYSCONFDIR)/latentd/; fi
+	$(INSTALL) -m 644 $(INST_DOCS) $(DESTDIR)$(DOCDIR)/
+	$(INSTALL) -m 644 etc/latentd.conf etc/nginx-latentd.conf etc/nginx-latentd-scaleout.conf $(DESTDIR)$(DOCDIR)/examples/
+
+# Removes what install wrote; the config only when it is unchanged.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/latent $(DESTDIR)$(BINDIR)/latent-bench $(DESTDIR)$(SBINDIR)/latentd
+	rm -f $(INST_UNITS:systemd/%=$(DESTDIR)$(UNITDIR)/%)
+	rm -f $(DESTDIR)$(MANDIR)/man1/latent.1 $(DESTDIR)$(MANDIR)/man5/latentd.conf.5 $(DESTDIR)$(MANDIR)/man8/latentd.8
+	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(INST_DOCS)) examples/latentd.conf examples/nginx-latentd.conf \
+	    examples/nginx-latentd-scaleout.conf)
+	@rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+	@c=$(DESTDIR)$(SYSCONFDIR)/latentd/latentd.conf; \
+	if [ -e $$c ] && ! cmp -s $$c etc/latentd.conf; then echo "keeping $$c (changed)"; \
+	else rm -f $$c; rmdir $(DESTDIR)$(SYSCONFDIR)/latentd 2>/dev/null || true; fi
 
 -include $(shell find build -name '*.d' 2>/dev/null)
 

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "sdnotify.h"
 #include "server.h"
+#include "socket_activation.h"
 
 static void shutdown_now(srv_ctx *x);
 
@@ -201,7 +202,15 @@ int main(int argc, char **argv) {
     srv_metrics_init(&x->metrics);
 
     x->loop = uv_default_loop();
-    int fd = srv_http_listen(x->cfg.host, x->cfg.port, x->cfg.unix_path, x->listen_desc, sizeof x->listen_desc, &err);
+    /* A socket passed by systemd (latentd.socket) when there is one, else our own. */
+    int fd, activated = srv_socket_activation_take(&fd, x->listen_desc, sizeof x->listen_desc, &err);
+    if (activated == 0)
+        fd = srv_http_listen(x->cfg.host, x->cfg.port, x->cfg.unix_path, x->listen_desc, sizeof x->listen_desc, &err);
+    if (activated > 0) {
+        srv_log(SRV_LOG_INFO, "socket activation: serving the socket passed as fd %d (host, port and unix not used)", fd);
+        free(x->cfg.unix_path); /* systemd's socket file: not ours to remove at exit */
+        x->cfg.unix_path = NULL;
+    }
     srv_http_opts ho = {.listen_fd = fd, .max_body = x->cfg.max_body_bytes, .max_connections = x->cfg.max_connections,
                         .max_connections_per_client = x->cfg.max_connections_per_client, .timeout_s = x->cfg.timeout_seconds, .cors_origins = &x->cfg.cors_origins};
     srv_http_cbs cbs = {srv_routes_on_request, srv_routes_on_abort, srv_routes_on_close};
