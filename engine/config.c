@@ -70,7 +70,8 @@ static int cfg_float(const cfg_ctx *c, const json_t *obj, const char *field, flo
     if (!v || json_is_null(v)) { *out = dflt; return 0; }
     if (!json_is_number(v)) return cfg_bad(c, field, what, v);
     double x = json_number_value(v);
-    if (!isfinite(x) || !isfinite((float)x) || (positive && !(x > 0)))
+    /* the float is what is used (and saved): 1e-50 is positive but 0.0f */
+    if (!isfinite(x) || !isfinite((float)x) || (positive && !((float)x > 0)))
         return cfg_bad(c, field, what, v);
     *out = (float)x;
     return 0;
@@ -212,6 +213,13 @@ int latent_config_parse(const char *json_text, const char *origin, latent_config
             goto out;
         }
         cfg->head_dim = cfg->d / cfg->n_heads;
+        if (cfg->head_dim > (1 << 16)) { /* the limit an explicit head_dim has (and save writes it) */
+            latent_err_set(err,
+                           "%s: \"hidden_size\" / \"num_attention_heads\" gives a head_dim of %d; at most %d "
+                           "is supported",
+                           origin, cfg->head_dim, 1 << 16);
+            goto out;
+        }
     } else if (cfg_int(&c, root, "head_dim", 1, 0, 1, 1 << 16, "a positive even integer",
                        &cfg->head_dim) < 0) {
         goto out;

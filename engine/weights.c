@@ -20,6 +20,7 @@ typedef struct w_builder {
     latent_weights *w;
     int cap;
     int64_t off;  /* floats carved so far, each param rounded up to 64 bytes */
+    int too_big;  /* the sizes overflow: no machine holds this model */
 } w_builder;
 
 /* Adds a parameter; the slot is filled once the slab exists. */
@@ -44,9 +45,15 @@ static int w_add(w_builder *b, float **slot, int ndim, int64_t d0, int64_t d1, c
     p->ndim = ndim;
     p->shape[0] = d0;
     p->shape[1] = ndim == 2 ? d1 : 0;
-    p->numel = ndim == 2 ? d0 * d1 : d0;
+    p->numel = ndim == 2 ? d0 * d1 : d0; /* each size <= 2^30 (config.c): no overflow */
     p->slot = slot;
-    b->off += (p->numel + W_ALIGN_FLOATS - 1) / W_ALIGN_FLOATS * W_ALIGN_FLOATS;
+    /* the total can overflow (10^5 blocks of 2^60): the slab's bytes must fit in int64 */
+    int64_t padded = (p->numel + W_ALIGN_FLOATS - 1) / W_ALIGN_FLOATS * W_ALIGN_FLOATS;
+    if (padded > (INT64_MAX / (int64_t)sizeof(float)) - b->off) {
+        b->too_big = 1;
+        return -1;
+    }
+    b->off += padded;
     return 0;
 }
 
@@ -107,9 +114,11 @@ int latent_weights_alloc(latent_weights *w, const latent_config *cfg, latent_err
         return latent_err_set(err, "weights: config has no layers or no hidden size");
     w->layers = calloc((size_t)cfg->n_layers, sizeof *w->layers);
     if (!w->layers) return latent_err_set(err, "weights: out of memory for %d layers", cfg->n_layers);
-    w_builder b = {w, 0, 0};
+    w_builder b = {w, 0, 0, 0};
     if (w_build_table(&b, cfg) != 0) {
         latent_weights_free(w);
+        if (b.too_big)
+            return latent_err_set(err, "weights: the config's sizes make more parameters than any machine holds");
         return latent_err_set(err, "weights: out of memory for the parameter table");
     }
     size_t bytes = (size_t)b.off * sizeof(float);
