@@ -29,16 +29,17 @@ PKGS_ENGINE := jansson openblas
 PKGS_SERVER := jansson openblas libmicrohttpd libuv
 # Recursive (=) so pkg-config runs after the deps step has installed things.
 OPT      ?= -O2 -march=native
-CFLAGS_ALL = -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Iinclude -MMD -MP -fopenmp-simd \
+CFLAGS_ALL = -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Iinclude -Iengine -MMD -MP -fopenmp-simd \
              $(SANFLAGS) $(shell pkg-config --cflags $(PKGS_ENGINE) 2>/dev/null) $(CFLAGS)
 LIBS_ENGINE = $(shell pkg-config --libs $(PKGS_ENGINE) 2>/dev/null) -lm -lpthread
 LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
 
-ENGINE_SRC := $(wildcard engine/*.c)
+ENGINE_SRC := $(wildcard engine/*.c engine/kernels/*.c engine/train/*.c)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_SRC    := $(wildcard engine/cli/*.c)
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+UNIT_SUPPORT_OBJ := $(BUILD)/obj/tests/unit/ref_ops.o
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ENGINE_LIB := $(BUILD)/libengine.a
 DEPS_STAMP := build/.deps-$(shell echo $(DEB_BUILD) | md5sum | cut -c1-8)
@@ -88,7 +89,7 @@ $(ENGINE_LIB): $(ENGINE_OBJ)
 $(BUILD)/latent: $(CLI_OBJ) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ENGINE)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(ENGINE_LIB)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ENGINE)
 
@@ -120,7 +121,7 @@ CFLAGS_SERVER = $(shell pkg-config --cflags libmicrohttpd libuv jansson 2>/dev/n
 LIBS_SERVER   = $(shell pkg-config --libs libmicrohttpd libuv jansson 2>/dev/null)
 LIBS_BENCH    = $(shell pkg-config --libs libcurl 2>/dev/null) -lm -lpthread
 FUZZ_SRC    := tests/fuzz/fuzz_request.c server/openai_request.c server/chat_template.c server/errors.c \
-               server/buf.c server/textstream.c engine/sampler.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
+               server/buf.c server/textstream.c engine/sampler.c engine/rng.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
 
 $(BUILD)/obj/server/%.o: server/%.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -135,7 +136,7 @@ $(BUILD)/latent-bench: $(BUILD)/obj/clients/latent-bench.o
 # libFuzzer target for the request parser/validator (clang; run by tests/integration/server_fuzz.sh).
 build/fuzz/fuzz_request: $(FUZZ_SRC) $(wildcard server/*.h) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -Iserver \
+	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -Iengine -Iserver \
 	    $(shell pkg-config --cflags jansson 2>/dev/null) -o $@ $(FUZZ_SRC) $(shell pkg-config --libs jansson 2>/dev/null) -lm -lpthread
 fuzz: build/fuzz/fuzz_request
 

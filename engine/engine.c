@@ -15,8 +15,7 @@
 #include <unistd.h>
 #include <time.h>
 
-#include "attention.h"
-#include "latent/ops.h"
+#include "kernels/kernels.h"
 
 /* The matrices of one block, prepared for inference (see latent_linear). */
 typedef struct engine_layer {
@@ -118,14 +117,14 @@ static int engine_init_linears(latent_engine *e) {
 latent_engine *latent_engine_new(const latent_model *m, latent_err *err) {
     latent_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        latent_err_set(err, "engine: out of memory");
+        latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory");
         return NULL;
     }
     e->m = m;
     e->cfg = &m->cfg;
     e->recurrence = 1;
     if (engine_init_linears(e) != 0) {
-        latent_err_set(err, "engine: out of memory preparing the weights for inference");
+        latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory preparing the weights for inference");
         latent_engine_free(e);
         return NULL;
     }
@@ -161,7 +160,7 @@ void latent_engine_free(latent_engine *e) {
     if (!e) return;
     engine_free_linears(e);
     free(e->slab);
-    attn_scratch_free(&e->attn);
+    latent_attn_scratch_free(&e->attn);
     free(e->rows);
     free(e->wrows);
     free(e->entry_state);
@@ -187,7 +186,7 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, laten
         row_meta *rows = malloc(cap * sizeof(row_meta)), *wrows = malloc(cap * sizeof(row_meta));
         if (!slab || !rows || !wrows) {
             free(slab), free(rows), free(wrows);
-            return latent_err_set(err, "engine: cannot allocate scratch for %d rows", n);
+            return latent_err_set(err, LATENT_E_NOMEM, "engine: cannot allocate scratch for %d rows", n);
         }
         free(e->slab), free(e->rows), free(e->wrows);
         e->slab = slab, e->rows = rows, e->wrows = wrows;
@@ -202,7 +201,7 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, laten
     }
     if (n_entries > e->cap_entries) {
         float *es = realloc(e->entry_state, (size_t)n_entries * c->d * sizeof(float));
-        if (!es) return latent_err_set(err, "engine: out of memory");
+        if (!es) return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory");
         e->entry_state = es;
         e->cap_entries = n_entries;
     }
@@ -210,7 +209,7 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, laten
         int cap = e->cap_ctx ? e->cap_ctx : 256;
         while (cap < ctx) cap *= 2;
         if (cap > c->max_pos) cap = c->max_pos;
-        if (attn_scratch_reserve(&e->attn, c, cap) != 0) return latent_err_set(err, "engine: out of memory for attention");
+        if (latent_attn_scratch_reserve(&e->attn, c, cap) != 0) return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory for attention");
         e->cap_ctx = cap;
     }
     return 0;
@@ -222,7 +221,7 @@ static void lrt_shared_memory_kv(latent_engine *e, const float *mem, int n) {
     const latent_config *c = e->cfg;
     if (c->rec != LATENT_REC_LRT || !c->lrt.kv_injection || !c->lrt.shared_kv_projection) return;
     double t0 = now_seconds();
-    linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&e->lrt_k, &e->lrt_v}, 2, mem, n);
+    latent_linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&e->lrt_k, &e->lrt_v}, 2, mem, n);
     e->stats.recur_seconds += now_seconds() - t0;
 }
 
@@ -233,7 +232,7 @@ static void lrt_kv_inject(latent_engine *e, const engine_layer *E, const float *
     const latent_config *c = e->cfg;
     int kvd = latent_config_kv_dim(c), nkv = c->n_kv_heads, hd = c->head_dim;
     if (!c->lrt.shared_kv_projection)
-        linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&E->lrt_k, &E->lrt_v}, 2, mem, n);
+        latent_linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&E->lrt_k, &E->lrt_v}, 2, mem, n);
     for (int r = 0; r < n; r++) {
         const float *g = e->gate + (size_t)r * 2 * nkv;
         for (int j = 0; j < nkv; j++) {
@@ -264,13 +263,13 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
         for (size_t i = 0; i < (size_t)n * d; i++) x[i] = alpha * x[i] + gamma * mem[i];
         e->stats.recur_seconds += now_seconds() - t0;
     }
-    rmsnorm_forward(e->xb, x, L->attn_norm, n, d, c->rms_eps);
+    latent_rmsnorm_forward(e->xb, x, L->attn_norm, n, d, c->rms_eps);
     if (inject && c->lrt.kv_injection)
         /* the gates read the same normed input as q, k, v: one parallel section */
-        linear_forward_multi((float *[]){e->q, e->k, e->v, e->gate},
+        latent_linear_forward_multi((float *[]){e->q, e->k, e->v, e->gate},
                              (const latent_linear *[]){&E->wq, &E->wk, &E->wv, &E->lrt_gate}, 4, e->xb, n);
     else
-        linear_forward_multi((float *[]){e->q, e->k, e->v}, (const latent_linear *[]){&E->wq, &E->wk, &E->wv}, 3, e->xb, n);
+        latent_linear_forward_multi((float *[]){e->q, e->k, e->v}, (const latent_linear *[]){&E->wq, &E->wk, &E->wv}, 3, e->xb, n);
     if (inject && c->lrt.kv_injection) {
         double t0 = now_seconds();
         lrt_kv_inject(e, E, mem, n);
@@ -279,21 +278,21 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
     for (int r = 0; r < n; r++) {
         size_t tr = (size_t)rows[r].row * half;
         const float *cs = e->rope_cos + tr, *sn = e->rope_sin + tr;
-        rope_forward(e->q + (size_t)r * qd, c->n_heads, hd, cs, sn);
-        rope_forward(e->k + (size_t)r * kvd, c->n_kv_heads, hd, cs, sn);
+        latent_rope_forward(e->q + (size_t)r * qd, c->n_heads, hd, cs, sn);
+        latent_rope_forward(e->k + (size_t)r * kvd, c->n_kv_heads, hd, cs, sn);
         latent_kv_pool *pool = rows[r].seq->pool;
         int P = pool->page_tokens, pos = rows[r].pos, page = rows[r].seq->pages[pos / P];
         memcpy(latent_kv_row(pool, pool->k, page, layer, pos % P), e->k + (size_t)r * kvd, kvd * sizeof(float));
         memcpy(latent_kv_row(pool, pool->v, page, layer, pos % P), e->v + (size_t)r * kvd, kvd * sizeof(float));
     }
-    attention_forward(e->att, e->q, rows, n, layer, c, &e->attn);
-    linear_forward(e->tmp, e->att, &E->wo, n);
+    latent_attention_forward(e->att, e->q, rows, n, layer, c, &e->attn);
+    latent_linear_forward(e->tmp, e->att, &E->wo, n);
     for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
 
-    rmsnorm_forward(e->xb, x, L->mlp_norm, n, d, c->rms_eps);
-    linear_forward_multi((float *[]){e->hg, e->hu}, (const latent_linear *[]){&E->wg, &E->wu}, 2, e->xb, n);
-    swiglu_forward(e->hg, e->hg, e->hu, (size_t)n * c->ffn);
-    linear_forward(e->tmp, e->hg, &E->wd, n);
+    latent_rmsnorm_forward(e->xb, x, L->mlp_norm, n, d, c->rms_eps);
+    latent_linear_forward_multi((float *[]){e->hg, e->hu}, (const latent_linear *[]){&E->wg, &E->wu}, 2, e->xb, n);
+    latent_swiglu_forward(e->hg, e->hg, e->hu, (size_t)n * c->ffn);
+    latent_linear_forward(e->tmp, e->hg, &E->wd, n);
     for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
 }
 
@@ -305,12 +304,12 @@ static void t2mlr_fuse(latent_engine *e, float *x, const row_meta *rows, int n, 
     int d = e->cfg->d;
     float tr = tanhf(W->gamma_rec[0]), tc = tanhf(W->gamma_cur[0]);
     float *u = e->tmp2, *z = e->tmp, *gr = e->tmp3, *gc = e->xb;
-    linear_forward(u, mem, &e->w_rec, n);
+    latent_linear_forward(u, mem, &e->w_rec, n);
     for (int r = 0; r < n; r++) {
         memcpy(z + (size_t)r * 2 * d, x + (size_t)r * d, d * sizeof(float));
         memcpy(z + (size_t)r * 2 * d + d, u + (size_t)r * d, d * sizeof(float));
     }
-    linear_forward_multi((float *[]){gr, gc}, (const latent_linear *[]){&e->f_rec, &e->f_cur}, 2, z, n);
+    latent_linear_forward_multi((float *[]){gr, gc}, (const latent_linear *[]){&e->f_rec, &e->f_cur}, 2, z, n);
     for (int r = 0; r < n; r++) {
         if (rows[r].flow != 2) continue;
         float *h = x + (size_t)r * d;
@@ -393,7 +392,7 @@ static void run_wave(latent_engine *e, float *wx, const row_meta *rows, int n, i
         block_forward(e, l, wx, rows, n, e->mem);
         if (l == src) memcpy(e->state_new, wx, (size_t)n * d * sizeof(float));
     }
-    if (src < 0) rmsnorm_forward(e->state_new, wx, e->m->w.final_norm, n, d, c->rms_eps);
+    if (src < 0) latent_rmsnorm_forward(e->state_new, wx, e->m->w.final_norm, n, d, c->rms_eps);
     for (int r = 0; r < n; r++) commit_state(e, &rows[r], e->state_new + (size_t)r * d);
 }
 
@@ -424,12 +423,12 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
     int N = 0, max_ctx = 0;
     for (int en = 0; en < n_entries; en++) {
         latent_batch_entry *b = &entries[en];
-        if (b->n_tokens < 1) return latent_err_set(err, "batch entry %d has no tokens", en);
+        if (b->n_tokens < 1) return latent_err_set(err, LATENT_E_INVALID, "batch entry %d has no tokens", en);
         for (int j = 0; j < en; j++)
-            if (entries[j].seq == b->seq) return latent_err_set(err, "batch entries %d and %d share a sequence", j, en);
+            if (entries[j].seq == b->seq) return latent_err_set(err, LATENT_E_INVALID, "batch entries %d and %d share a sequence", j, en);
         for (int i = 0; i < b->n_tokens; i++)
             if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab)
-                return latent_err_set(err, "token id %d is outside the vocabulary (0..%d)", b->tokens[i], c->vocab - 1);
+                return latent_err_set(err, LATENT_E_INVALID, "token id %d is outside the vocabulary (0..%d)", b->tokens[i], c->vocab - 1);
         if (b->seq->n_pos + b->n_tokens > max_ctx) max_ctx = b->seq->n_pos + b->n_tokens;
         N += b->n_tokens;
     }
@@ -451,7 +450,7 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
         for (int i = 0; i < b->n_tokens; i++, r++) {
             e->rows[r] = (row_meta){.seq = b->seq, .pos = b->seq->n_pos + i, .entry = en, .row = r, .flow = flow};
             memcpy(e->x + (size_t)r * d, w->embed + (size_t)b->tokens[i] * d, d * sizeof(float));
-            rope_tables(e->rope_cos + (size_t)r * half, e->rope_sin + (size_t)r * half, c->head_dim,
+            latent_rope_tables(e->rope_cos + (size_t)r * half, e->rope_sin + (size_t)r * half, c->head_dim,
                         e->rows[r].pos, c->rope_theta);
         }
     }
@@ -516,18 +515,18 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
             memcpy(e->wx + (size_t)nl * d, e->x + (size_t)(start[en] + i) * d, d * sizeof(float));
     }
     if (nl > 0) {
-        rmsnorm_forward(e->xb, e->wx, w->final_norm, nl, d, c->rms_eps);
+        latent_rmsnorm_forward(e->xb, e->wx, w->final_norm, nl, d, c->rms_eps);
         if (n_entries == 1) {
-            linear_forward(entries[0].out, e->xb, &e->head, nl);
+            latent_linear_forward(entries[0].out, e->xb, &e->head, nl);
         } else {
             /* One product over every row: the head is the largest matrix, and
              * reading it once per entry would cost a pass per sequence. */
             if (nl > e->cap_logits) {
                 float *lg = realloc(e->logits, (size_t)nl * c->vocab * sizeof(float));
-                if (!lg) return latent_err_set(err, "engine: out of memory for %d rows of logits", nl);
+                if (!lg) return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory for %d rows of logits", nl);
                 e->logits = lg, e->cap_logits = nl;
             }
-            linear_forward(e->logits, e->xb, &e->head, nl);
+            latent_linear_forward(e->logits, e->xb, &e->head, nl);
             for (int en = 0, r = 0; en < n_entries; en++) {
                 latent_batch_entry *b = &entries[en];
                 if (b->logits == LATENT_LOGITS_NONE) continue;

@@ -13,29 +13,29 @@ size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens) {
 int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_tokens, size_t bytes,
                         latent_err *err) {
     memset(p, 0, sizeof *p);
-    if (page_tokens < 1) return latent_err_set(err, "kv pool: page size must be at least 1 token");
+    if (page_tokens < 1) return latent_err_set(err, LATENT_E_INVALID, "kv pool: page size must be at least 1 token");
     size_t page_bytes = latent_kv_page_bytes(cfg, page_tokens);
     size_t n = bytes / page_bytes;
     if (n < 1) n = 1;
-    if (n > (size_t)1 << 30) return latent_err_set(err, "kv pool: %zu pages is too many", n);
+    if (n > (size_t)1 << 30) return latent_err_set(err, LATENT_E_INVALID, "kv pool: %zu pages is too many", n);
     p->n_layers = cfg->n_layers;
     p->kv_dim = latent_config_kv_dim(cfg);
     p->page_tokens = page_tokens;
     p->n_pages = (int)n;
     size_t floats = n * page_bytes / (2 * sizeof(float));
-    p->k = huge_alloc(floats * sizeof(float));
-    p->v = huge_alloc(floats * sizeof(float));
+    p->k = latent_huge_alloc(floats * sizeof(float));
+    p->v = latent_huge_alloc(floats * sizeof(float));
     p->refcount = calloc(n, sizeof(int));
     p->free_stack = malloc(n * sizeof(int));
     if (!p->k || !p->v || !p->refcount || !p->free_stack) {
         latent_kv_pool_free(p);
-        return latent_err_set(err, "kv pool: cannot allocate %zu pages of %zu bytes", n, page_bytes);
+        return latent_err_set(err, LATENT_E_NOMEM, "kv pool: cannot allocate %zu pages of %zu bytes", n, page_bytes);
     }
     /* Commit the pool now: the memory is taken at start-up, where running out
      * is an error the caller reports, instead of page by page under the first
      * requests (each first touch a page fault inside a timed step). */
-    huge_commit(p->k, floats * sizeof(float));
-    huge_commit(p->v, floats * sizeof(float));
+    latent_huge_commit(p->k, floats * sizeof(float));
+    latent_huge_commit(p->v, floats * sizeof(float));
     /* Pop order hands out page 0 first: keeps early sequences' pages close. */
     for (int i = 0; i < p->n_pages; i++) p->free_stack[i] = p->n_pages - 1 - i;
     p->n_free = p->n_pages;
@@ -45,8 +45,8 @@ int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_to
 void latent_kv_pool_free(latent_kv_pool *p) {
     if (!p) return;
     size_t bytes = (size_t)p->n_pages * p->n_layers * p->page_tokens * p->kv_dim * sizeof(float);
-    huge_free(p->k, bytes);
-    huge_free(p->v, bytes);
+    latent_huge_free(p->k, bytes);
+    latent_huge_free(p->v, bytes);
     free(p->refcount);
     free(p->free_stack);
     memset(p, 0, sizeof *p);
@@ -69,7 +69,7 @@ int latent_seq_init(latent_seq *s, latent_kv_pool *pool, const latent_config *cf
     s->d_state = cfg->rec == LATENT_REC_NONE ? 0 : cfg->d;
     if (s->d_state) {
         s->state = calloc(s->d_state, sizeof(float));
-        if (!s->state) return latent_err_set(err, "sequence: out of memory");
+        if (!s->state) return latent_err_set(err, LATENT_E_NOMEM, "sequence: out of memory");
     }
     return 0;
 }
@@ -111,7 +111,7 @@ static int seq_grow(latent_seq *s, int cap) {
 
 int latent_seq_reserve(latent_seq *s, int n_total, int max_tokens, latent_err *err) {
     if (n_total > max_tokens)
-        return latent_err_set(err, "sequence of %d tokens exceeds the context of %d tokens", n_total,
+        return latent_err_set(err, LATENT_E_CONTEXT, "sequence of %d tokens exceeds the context of %d tokens", n_total,
                               max_tokens);
     int P = s->pool->page_tokens;
     int need = (n_total + P - 1) / P;
@@ -121,9 +121,9 @@ int latent_seq_reserve(latent_seq *s, int n_total, int max_tokens, latent_err *e
     int more = need > s->n_pages ? need - s->n_pages : 0;
     if (more + cow == 0) return 0;
     if (more + cow > s->pool->n_free)
-        return latent_err_set(err, "kv pool exhausted: %d more pages needed, %d free of %d",
+        return latent_err_set(err, LATENT_E_KV_FULL, "kv pool exhausted: %d more pages needed, %d free of %d",
                               more + cow, s->pool->n_free, s->pool->n_pages);
-    if (seq_grow(s, need) != 0) return latent_err_set(err, "sequence: out of memory");
+    if (seq_grow(s, need) != 0) return latent_err_set(err, LATENT_E_NOMEM, "sequence: out of memory");
     if (cow) {
         latent_kv_pool *p = s->pool;
         int old = s->pages[s->n_pos / P], page = pool_take(p);
@@ -173,8 +173,8 @@ int latent_seq_fork(latent_seq *dst, const latent_seq *src, int n, latent_err *e
     int P = p->page_tokens;
     n = keepable_length(src, n < 0 ? 0 : n);
     int full = n / P, partial = n % P ? 1 : 0;
-    if (partial && p->n_free < 1) return latent_err_set(err, "kv pool exhausted: cannot copy a page to fork");
-    if (seq_grow(dst, full + partial) != 0) return latent_err_set(err, "sequence: out of memory");
+    if (partial && p->n_free < 1) return latent_err_set(err, LATENT_E_KV_FULL, "kv pool exhausted: cannot copy a page to fork");
+    if (seq_grow(dst, full + partial) != 0) return latent_err_set(err, LATENT_E_NOMEM, "sequence: out of memory");
     for (int i = 0; i < full; i++) {
         dst->pages[i] = src->pages[i];
         p->refcount[src->pages[i]]++;
@@ -198,8 +198,8 @@ int latent_seq_fork(latent_seq *dst, const latent_seq *src, int n, latent_err *e
     return n;
 }
 
-int latent_seq_common_prefix(const latent_seq *s, const int32_t *ids, int n) {
+int latent_seq_common_prefix(const latent_seq *s, const int32_t *ids, const uint8_t *flows, int n) {
     int i = 0;
-    while (i < n && i < s->n_pos && s->tokens[i] == ids[i]) i++;
+    while (i < n && i < s->n_pos && s->tokens[i] == ids[i] && s->flows[i] == flows[i]) i++;
     return i;
 }

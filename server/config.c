@@ -148,24 +148,24 @@ static int in_choices(const char *choices, const char *v) {
 
 int srv_config_set(srv_config *c, const char *key, const char *value, const char *origin, latent_err *err) {
     const opt *o = find_opt(key);
-    if (!o) return latent_err_set(err, "%s: unknown setting '%s' (see latentd --help)", origin, key);
+    if (!o) return latent_err_set(err, LATENT_E_INVALID, "%s: unknown setting '%s' (see latentd --help)", origin, key);
     void *f = (char *)c + o->offset;
     char *end;
     switch (o->type) {
     case OPT_STR:
         if (o->choices && !in_choices(o->choices, value))
-            return latent_err_set(err, "%s: %s must be one of %s (got '%s')", origin, o->name, o->choices, value);
+            return latent_err_set(err, LATENT_E_INVALID, "%s: %s must be one of %s (got '%s')", origin, o->name, o->choices, value);
         free(*(char **)f);
         *(char **)f = strdup(value);
         return 0;
     case OPT_LIST:
-        return list_add(f, value) == 0 ? 0 : latent_err_set(err, "%s: out of memory", origin);
+        return list_add(f, value) == 0 ? 0 : latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", origin);
     case OPT_INT:
     case OPT_LONG: {
         errno = 0;
         long long v = strtoll(value, &end, 10);
         if (!*value || *end || errno || v < o->lo || v > o->hi)
-            return latent_err_set(err, "%s: %s must be an integer from %.0f to %.0f (got '%s')", origin, o->name, o->lo,
+            return latent_err_set(err, LATENT_E_INVALID, "%s: %s must be an integer from %.0f to %.0f (got '%s')", origin, o->name, o->lo,
                                   o->hi, value);
         if (o->type == OPT_INT) *(int *)f = (int)v;
         else *(long *)f = (long)v;
@@ -175,7 +175,7 @@ int srv_config_set(srv_config *c, const char *key, const char *value, const char
         errno = 0;
         double v = strtod(value, &end);
         if (!*value || *end || errno || !(v >= o->lo && v <= o->hi))
-            return latent_err_set(err, "%s: %s must be a number from %g to %g (got '%s')", origin, o->name, o->lo, o->hi,
+            return latent_err_set(err, LATENT_E_INVALID, "%s: %s must be a number from %g to %g (got '%s')", origin, o->name, o->lo, o->hi,
                                   value);
         *(double *)f = v;
         return 0;
@@ -194,7 +194,7 @@ static char *trim(char *s) {
 /* `key = value` or `key value` lines; # comments; "double quotes" keep spaces. */
 static int load_file(srv_config *c, const char *path, latent_err *err) {
     FILE *f = fopen(path, "r");
-    if (!f) return latent_err_set(err, "config %s: cannot open: %s", path, strerror(errno));
+    if (!f) return latent_err_set(err, LATENT_E_IO, "config %s: cannot open: %s", path, strerror(errno));
     char line[4096];
     int lineno = 0, rc = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
@@ -202,7 +202,7 @@ static int load_file(srv_config *c, const char *path, latent_err *err) {
         char origin[600];
         snprintf(origin, sizeof origin, "%s:%d", path, lineno);
         if (!strchr(line, '\n') && !feof(f)) {
-            rc = latent_err_set(err, "%s: line too long", origin);
+            rc = latent_err_set(err, LATENT_E_INVALID, "%s: line too long", origin);
             break;
         }
         char *s = trim(line);
@@ -222,8 +222,8 @@ static int load_file(srv_config *c, const char *path, latent_err *err) {
             char *hash = strstr(value, " #");
             if (hash) *hash = 0, value = trim(value);
         }
-        if (!*key) rc = latent_err_set(err, "%s: expected `key = value`", origin);
-        else if (!strcmp(key, "config")) rc = latent_err_set(err, "%s: `config` cannot be set in a config file", origin);
+        if (!*key) rc = latent_err_set(err, LATENT_E_INVALID, "%s: expected `key = value`", origin);
+        else if (!strcmp(key, "config")) rc = latent_err_set(err, LATENT_E_INVALID, "%s: `config` cannot be set in a config file", origin);
         else rc = srv_config_set(c, key, value, origin, err);
     }
     fclose(f);
@@ -256,9 +256,9 @@ int srv_config_load(srv_config *c, int argc, char **argv, latent_err *err) {
             return 1;
         }
         if (strncmp(argv[i], "--", 2) != 0)
-            return latent_err_set(err, "unexpected argument '%s' (options start with --; see --help)", argv[i]);
+            return latent_err_set(err, LATENT_E_INVALID, "unexpected argument '%s' (options start with --; see --help)", argv[i]);
         const char *v = flag_value(argc, argv, &i, name, sizeof name);
-        if (!v) return latent_err_set(err, "--%s needs a value", name);
+        if (!v) return latent_err_set(err, LATENT_E_INVALID, "--%s needs a value", name);
         if (!strcmp(name, "config")) {
             free(c->config_path);
             c->config_path = strdup(v);
@@ -274,7 +274,7 @@ int srv_config_load(srv_config *c, int argc, char **argv, latent_err *err) {
         const opt *o = find_opt(name);
         char origin[160];
         snprintf(origin, sizeof origin, "--%s", name);
-        if (!o) return latent_err_set(err, "unknown option --%s (see latentd --help)", name);
+        if (!o) return latent_err_set(err, LATENT_E_INVALID, "unknown option --%s (see latentd --help)", name);
         if (o->type == OPT_LIST && !lists_reset[o - opts]) {
             list_clear((srv_strlist *)((char *)c + o->offset));
             lists_reset[o - opts] = 1;
@@ -283,17 +283,17 @@ int srv_config_load(srv_config *c, int argc, char **argv, latent_err *err) {
     }
     if (c->api_key_file) {
         FILE *f = fopen(c->api_key_file, "r");
-        if (!f) return latent_err_set(err, "api-key-file %s: cannot open: %s", c->api_key_file, strerror(errno));
+        if (!f) return latent_err_set(err, LATENT_E_IO, "api-key-file %s: cannot open: %s", c->api_key_file, strerror(errno));
         char line[1024];
         while (fgets(line, sizeof line, f)) {
             char *k = trim(line);
             if (*k && *k != '#' && list_add(&c->api_keys, k) != 0) {
                 fclose(f);
-                return latent_err_set(err, "out of memory");
+                return latent_err_set(err, LATENT_E_NOMEM, "out of memory");
             }
         }
         fclose(f);
     }
-    if (!c->model_dir) return latent_err_set(err, "no model: pass --model DIR or set `model` in the config file");
+    if (!c->model_dir) return latent_err_set(err, LATENT_E_INVALID, "no model: pass --model DIR or set `model` in the config file");
     return 0;
 }

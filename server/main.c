@@ -47,7 +47,7 @@ static void load_work(uv_work_t *w) {
     x->load_rc = latent_model_load(&x->model, x->cfg.model_dir, &x->load_err);
     if (x->load_rc == 0 && !x->model.tok) {
         x->load_rc = -1;
-        latent_err_set(&x->load_err, "%s has no tokenizer.json (the server needs one)", x->cfg.model_dir);
+        latent_err_set(&x->load_err, LATENT_E_INVALID, "%s has no tokenizer.json (the server needs one)", x->cfg.model_dir);
     }
     if (x->load_rc != 0) return;
     srv_sched_opts o = {.pool_bytes = (size_t)x->cfg.kv_pool_mib << 20, .page_tokens = x->cfg.page_tokens,
@@ -57,7 +57,7 @@ static void load_work(uv_work_t *w) {
     latent_err err;
     if (!(x->loaded_sched = srv_sched_new(&x->model, &o, &err))) {
         x->load_rc = -1;
-        latent_err_set(&x->load_err, "cannot start the scheduler: %s", err.msg);
+        latent_err_set(&x->load_err, LATENT_E_IO, "cannot start the scheduler: %s", err.msg);
     }
 }
 

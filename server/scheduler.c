@@ -100,7 +100,7 @@ int srv_sched_group_pages(const srv_sched *s, int n_prompt, int max_tokens, int 
 srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_err *err) {
     srv_sched *s = calloc(1, sizeof *s);
     if (!s) {
-        latent_err_set(err, "scheduler: out of memory");
+        latent_err_set(err, LATENT_E_NOMEM, "scheduler: out of memory");
         return NULL;
     }
     s->m = m, s->cfg = &m->cfg, s->o = *o;
@@ -112,7 +112,7 @@ srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_
      * weights (the packed one) is enough. */
     s->stats.released_weight_bytes = latent_engine_release_unpacked(s->eng);
     if (srv_cache_init(&s->cache, o->cache_entries) != 0) {
-        latent_err_set(err, "scheduler: out of memory");
+        latent_err_set(err, LATENT_E_NOMEM, "scheduler: out of memory");
         goto fail;
     }
     s->n_scratch = latent_get_threads();
@@ -123,7 +123,7 @@ srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_
     s->stats.pages_total = s->stats.pages_free = s->pool.n_pages;
     return s;
 oom:
-    latent_err_set(err, "scheduler: out of memory");
+    latent_err_set(err, LATENT_E_NOMEM, "scheduler: out of memory");
 fail:
     srv_sched_free(s);
     return NULL;
@@ -134,7 +134,7 @@ static void *step_main(void *arg);
 int srv_sched_start(srv_sched *s, srv_sched_wake_fn wake, srv_sched_step_fn on_step, void *arg, latent_err *err) {
     s->wake = wake, s->on_step = on_step, s->arg = arg;
     s->beat = now_s();
-    if (pthread_create(&s->th, NULL, step_main, s) != 0) return latent_err_set(err, "scheduler: cannot start the step thread");
+    if (pthread_create(&s->th, NULL, step_main, s) != 0) return latent_err_set(err, LATENT_E_IO, "scheduler: cannot start the step thread");
     s->started = 1;
     return 0;
 }
@@ -440,7 +440,8 @@ static void admit(srv_sched *s) {
         } else if (entry >= 0) {
             latent_err err;
             int got = latent_seq_fork(&g->seq, &s->cache.entries[entry].seq, keep, &err);
-            if (got < 0) {
+            if (got < 0) { /* no page for the partial copy: prefill it all instead */
+                if (err.code != LATENT_E_KV_FULL) srv_log(SRV_LOG_WARN, "prefix reuse failed: %s", err.msg);
                 latent_seq_free(&g->seq);
                 latent_seq_init(&g->seq, &s->pool, s->cfg, NULL);
             } else {
@@ -657,7 +658,7 @@ static void run_step(srv_sched *s) {
     if (s->on_step) s->on_step(s->arg, dt, rows);
     if (rc != 0) {
         s->failed_steps++;
-        srv_log(SRV_LOG_ERROR, "engine step of %d rows failed: %s", rows, err.msg);
+        srv_log(SRV_LOG_ERROR, "engine step of %d rows failed (%s): %s", rows, latent_err_name(err.code), err.msg);
         for (int i = 0; i < n; i++) fail(s, s->entry_sess[i], err.msg);
         return;
     }

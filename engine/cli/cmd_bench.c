@@ -11,7 +11,7 @@
 #include "latent/engine.h"
 #include "latent/kv.h"
 #include "latent/model.h"
-#include "latent/ops.h"
+#include "kernels/kernels.h"
 #include "latent/threads.h"
 
 static const char *help =
@@ -138,7 +138,7 @@ static int decode_set_start(decode_set *d, latent_engine *eng, const latent_mode
     d->es = calloc(B, sizeof *d->es);
     d->times = malloc(steps * sizeof *d->times);
     if (!d->seqs || !d->tok || !d->next || !d->logits || !d->es || !d->times)
-        return latent_err_set(err, "bench: out of memory for %d sequences", B);
+        return latent_err_set(err, LATENT_E_NOMEM, "bench: out of memory for %d sequences", B);
     for (int b = 0; b < B; b++) {
         if (latent_seq_init(&d->seqs[b], &d->pool, &m->cfg, err) != 0) return -1;
         for (int i = 0; i < prompt; i++) d->tok[b * prompt + i] = (b * 131 + i * 17 + 3) % V;
@@ -283,8 +283,8 @@ static int bench_kernels_streaming(void) {
         for (int which = 0; which < 2; which++) {
             double t0 = now_s();
             for (int i = 0; i < STREAM_MATS; i++) {
-                if (which == 0) linear_forward(y, x, &ls[i], 1);
-                else matmul_forward(y, x, w + per * i, 1, in, out);
+                if (which == 0) latent_linear_forward(y, x, &ls[i], 1);
+                else latent_matmul_forward(y, x, w + per * i, 1, in, out);
             }
             double t = now_s() - t0;
             if (t < best[which]) best[which] = t;
@@ -318,8 +318,8 @@ static int bench_kernels(void) {
         for (int r = 0; r < 20; r++)
             for (int which = 0; which < 2; which++) {
                 double t0 = now_s();
-                if (which == 0) linear_forward(y, x, &l, rows[k]);
-                else matmul_forward(y, x, w, rows[k], in, out);
+                if (which == 0) latent_linear_forward(y, x, &l, rows[k]);
+                else latent_matmul_forward(y, x, w, rows[k], in, out);
                 double t = now_s() - t0;
                 if (t < best[which]) best[which] = t;
             }

@@ -26,7 +26,6 @@ size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens);
 int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_tokens,
                         size_t bytes, latent_err *err);
 void latent_kv_pool_free(latent_kv_pool *p);
-static inline int latent_kv_pool_used(const latent_kv_pool *p) { return p->n_pages - p->n_free; }
 
 /* Where token `t`'s k (or v) row of `layer` lives for a page id. */
 static inline float *latent_kv_row(const latent_kv_pool *p, float *base, int page, int layer, int slot) {
@@ -59,7 +58,10 @@ int latent_seq_truncate(latent_seq *s, int n);
  * (rounded as truncate does): full pages are shared, the partial last page is
  * copied. Returns the length forked, or -1 when the pool is out of pages. */
 int latent_seq_fork(latent_seq *dst, const latent_seq *src, int n, latent_err *err);
-/* Length of the common prefix of the cached tokens and ids[0..n). */
-int latent_seq_common_prefix(const latent_seq *s, const int32_t *ids, int n);
+/* Length of the common prefix of the cached tokens and ids[0..n) counting
+ * only tokens cached with the same control flow (flows[i]: 1 or 2): a token
+ * run through the recurrence and the same token run without it leave
+ * different states, so only the first is a reusable prefix of the other. */
+int latent_seq_common_prefix(const latent_seq *s, const int32_t *ids, const uint8_t *flows, int n);
 
 #endif

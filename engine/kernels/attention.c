@@ -1,5 +1,5 @@
 /* Causal GQA attention over paged KV caches. */
-#include "attention.h"
+#include "kernels/kernels.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -7,15 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "latent/ops.h"
 #include "latent/threads.h"
-#include "simd_exp.h"
+#include "kernels/simd_exp.h"
 
 #define BLOCK_ROWS 64     /* query rows per sgemm work item */
 #define GEMM_MIN_ROWS 4   /* shorter runs read the pages row by row */
 #define MIN_SPLIT_KEYS 32 /* fewest keys in one range of a split row */
 
-int attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx) {
+int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx) {
     int threads = latent_get_threads();
     if (ctx <= s->ctx && threads <= s->threads) return 0;
     if (ctx < s->ctx) ctx = s->ctx;
@@ -31,7 +30,7 @@ int attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx) {
     return 0;
 }
 
-void attn_scratch_free(attn_scratch *s) {
+void latent_attn_scratch_free(attn_scratch *s) {
     free(s->buf);
     free(s->parts);
     memset(s, 0, sizeof *s);
@@ -197,7 +196,7 @@ static void item_gemm(const attn_job *j, const attn_item *it, float *kbuf, float
         for (int i = 0; i < it->len; i++) {
             int valid = first->pos + i + 1; /* causal: keys 0..pos */
             float *row = scores + (size_t)i * len;
-            softmax_forward(row, valid);
+            latent_softmax_forward(row, valid);
             memset(row + valid, 0, (size_t)(len - valid) * sizeof(float));
         }
         float *out = j->att + (size_t)it->start * qd + (size_t)h * hd;
@@ -273,7 +272,7 @@ static int run_length(const row_meta *rows, int r, int n) {
     return len;
 }
 
-void attention_forward(float *att, const float *q, const row_meta *rows, int n, int layer,
+void latent_attention_forward(float *att, const float *q, const row_meta *rows, int n, int layer,
                        const latent_config *c, attn_scratch *s) {
     /* Work items: runs of consecutive rows of one sequence, cut into blocks,
      * times the kv heads. Single rows stay items of their own; when they are

@@ -1,9 +1,8 @@
 /* Forward ops over row-major activations, each with a naive reference. */
-#include "latent/ops.h"
+#include "kernels/kernels.h"
 #include "latent/threads.h"
-#include "gemm.h"
 #include "hugemem.h"
-#include "simd_exp.h"
+#include "kernels/simd_exp.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -33,7 +32,7 @@ static void matmul_slice(void *ctx, int task) {
     }
 }
 
-void matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim) {
+void latent_matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim) {
     /* Split the output features over the threads, in slices of whole cache
      * lines; each slice is an independent single-threaded BLAS call. */
     int threads = latent_get_threads();
@@ -46,16 +45,16 @@ void matmul_forward(float *out, const float *x, const float *w, int n, int in_di
 int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim) {
     memset(l, 0, sizeof *l);
     l->w = w, l->out_dim = out_dim, l->in_dim = in_dim;
-    if (!gemm_available()) return 0;
+    if (!latent_gemm_available()) return 0;
     gemm_packed p;
-    if (gemm_pack(&p, w, out_dim, in_dim) != 0) return -1;
+    if (latent_gemm_pack(&p, w, out_dim, in_dim) != 0) return -1;
     l->packed = p.data, l->n_panels = p.n_panels;
     return 0;
 }
 
 void latent_linear_free(latent_linear *l) {
     if (!l) return;
-    if (l->packed) huge_free(l->packed, gemm_packed_bytes(l->n_panels, l->in_dim));
+    if (l->packed) latent_huge_free(l->packed, latent_gemm_packed_bytes(l->n_panels, l->in_dim));
     memset(l, 0, sizeof *l);
 }
 
@@ -80,7 +79,7 @@ static void linear_task(void *ctx, int task) {
         if (p0 < 0) p0 = 0;
         if (p1 > l->n_panels) p1 = l->n_panels;
         gemm_packed gp = {(float *)l->packed, l->out_dim, l->in_dim, l->n_panels};
-        gemm_run(j->outs[i], l->out_dim, j->x, &gp, j->n, p0, p1);
+        latent_gemm_run(j->outs[i], l->out_dim, j->x, &gp, j->n, p0, p1);
     }
 }
 
@@ -109,7 +108,7 @@ static void gemv_multi(float *const *outs, const latent_linear *const *ls, int n
     latent_parallel_for(gemv_task, &j, n_ls * threads);
 }
 
-void linear_forward_multi(float *const *outs, const latent_linear *const *ls, int n_ls, const float *x, int n) {
+void latent_linear_forward_multi(float *const *outs, const latent_linear *const *ls, int n_ls, const float *x, int n) {
     /* One row without packed panels: BLAS' sgemv on the original layout.
      * With panels, the packed kernel's own single-row path streams each
      * panel linearly, about 1.3-1.5x sgemv's bandwidth here (bench --kernels). */
@@ -118,7 +117,7 @@ void linear_forward_multi(float *const *outs, const latent_linear *const *ls, in
         return;
     }
     if (!ls[0]->packed) {
-        for (int i = 0; i < n_ls; i++) matmul_forward(outs[i], x, ls[i]->w, n, ls[i]->in_dim, ls[i]->out_dim);
+        for (int i = 0; i < n_ls; i++) latent_matmul_forward(outs[i], x, ls[i]->w, n, ls[i]->in_dim, ls[i]->out_dim);
         return;
     }
     int total = 0;
@@ -131,20 +130,11 @@ void linear_forward_multi(float *const *outs, const latent_linear *const *ls, in
     latent_parallel_for(linear_task, &j, (total + j.per_task - 1) / j.per_task);
 }
 
-void linear_forward(float *out, const float *x, const latent_linear *l, int n) {
-    linear_forward_multi(&out, &l, 1, x, n);
+void latent_linear_forward(float *out, const float *x, const latent_linear *l, int n) {
+    latent_linear_forward_multi(&out, &l, 1, x, n);
 }
 
-void matmul_forward_ref(float *out, const float *x, const float *w, int n, int in_dim, int out_dim) {
-    for (int r = 0; r < n; r++)
-        for (int o = 0; o < out_dim; o++) {
-            double s = 0;
-            for (int i = 0; i < in_dim; i++) s += (double)x[(size_t)r * in_dim + i] * w[(size_t)o * in_dim + i];
-            out[(size_t)r * out_dim + o] = (float)s;
-        }
-}
-
-void rmsnorm_forward(float *out, const float *x, const float *weight, int n, int dim, float eps) {
+void latent_rmsnorm_forward(float *out, const float *x, const float *weight, int n, int dim, float eps) {
     for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * dim;
         float *o = out + (size_t)r * dim;
@@ -155,17 +145,7 @@ void rmsnorm_forward(float *out, const float *x, const float *weight, int n, int
     }
 }
 
-void rmsnorm_forward_ref(float *out, const float *x, const float *weight, int n, int dim, float eps) {
-    for (int r = 0; r < n; r++) {
-        double ss = 0;
-        for (int i = 0; i < dim; i++) ss += (double)x[(size_t)r * dim + i] * x[(size_t)r * dim + i];
-        double inv = 1.0 / sqrt(ss / dim + eps);
-        for (int i = 0; i < dim; i++)
-            out[(size_t)r * dim + i] = (float)(x[(size_t)r * dim + i] * inv * weight[i]);
-    }
-}
-
-void rope_tables(float *cos_out, float *sin_out, int head_dim, int pos, float theta) {
+void latent_rope_tables(float *cos_out, float *sin_out, int head_dim, int pos, float theta) {
     for (int j = 0; j < head_dim / 2; j++) {
         double ang = pos * pow(theta, -2.0 * j / head_dim);
         cos_out[j] = (float)cos(ang);
@@ -173,7 +153,7 @@ void rope_tables(float *cos_out, float *sin_out, int head_dim, int pos, float th
     }
 }
 
-void rope_forward(float *x, int n_heads, int head_dim, const float *c, const float *s) {
+void latent_rope_forward(float *x, int n_heads, int head_dim, const float *c, const float *s) {
     int half = head_dim / 2;
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * head_dim;
@@ -185,18 +165,7 @@ void rope_forward(float *x, int n_heads, int head_dim, const float *c, const flo
     }
 }
 
-void rope_forward_ref(float *x, int n_heads, int head_dim, int pos, float theta) {
-    int half = head_dim / 2;
-    for (int h = 0; h < n_heads; h++)
-        for (int j = 0; j < half; j++) {
-            double ang = pos * pow(theta, -2.0 * j / head_dim);
-            double a = x[h * head_dim + j], b = x[h * head_dim + j + half];
-            x[h * head_dim + j] = (float)(a * cos(ang) - b * sin(ang));
-            x[h * head_dim + j + half] = (float)(b * cos(ang) + a * sin(ang));
-        }
-}
-
-void swiglu_forward(float *out, const float *g, const float *u, size_t n) {
+void latent_swiglu_forward(float *out, const float *g, const float *u, size_t n) {
     size_t i = 0;
 #ifdef __AVX512F__
     const __m512 one = _mm512_set1_ps(1.0f);
@@ -209,20 +178,10 @@ void swiglu_forward(float *out, const float *g, const float *u, size_t n) {
     for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-void swiglu_forward_ref(float *out, const float *g, const float *u, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = (float)((double)g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
-}
-
-void softmax_forward(float *x, int n) {
+void latent_softmax_forward(float *x, int n) {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) if (x[i] > mx) mx = x[i];
     float inv = 1.0f / exp_shift_sum(x, n, mx);
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-void softmax_forward_ref(float *x, int n) {
-    double mx = -INFINITY, sum = 0;
-    for (int i = 0; i < n; i++) if (x[i] > mx) mx = x[i];
-    for (int i = 0; i < n; i++) sum += exp((double)x[i] - mx);
-    for (int i = 0; i < n; i++) x[i] = (float)(exp((double)x[i] - mx) / sum);
-}
