@@ -28,7 +28,10 @@ endif
 PKGS_ENGINE := jansson openblas
 PKGS_SERVER := jansson openblas libmicrohttpd libuv
 # Recursive (=) so pkg-config runs after the deps step has installed things.
-OPT      ?= -O2 -march=native
+# The x86-64 baseline: kernels for newer instruction sets carry their own
+# target attributes and are chosen at run time (engine/kernels/isa.c), so a
+# binary built on one machine runs right on any other.
+OPT      ?= -O2
 CFLAGS_ALL = -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Iinclude -Iengine -MMD -MP -fopenmp-simd \
              $(SANFLAGS) $(shell pkg-config --cflags $(PKGS_ENGINE) 2>/dev/null) $(CFLAGS)
 LIBS_ENGINE = $(shell pkg-config --libs $(PKGS_ENGINE) 2>/dev/null) -lm -lpthread

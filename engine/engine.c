@@ -30,6 +30,9 @@ struct latent_engine {
     latent_linear head;           /* (vocab, d) */
     latent_linear w_rec, f_rec, f_cur; /* T2MLR */
     latent_linear lrt_k, lrt_v;   /* LRT shared memory projection (shared_kv_projection) */
+    latent_linear embed_bf16;     /* (vocab, d) under bf16 when the head is not tied */
+    const latent_linear *embed_src; /* bf16 token rows (the head or embed_bf16); NULL: w->embed */
+    latent_precision precision;   /* resolved: F32 or BF16 */
     int recurrence;               /* 0: run the plain backbone (benchmark control) */
     latent_engine_stats stats;
 
@@ -80,9 +83,17 @@ static void engine_free_linears(latent_engine *e) {
     latent_linear_free(&e->f_cur);
     latent_linear_free(&e->lrt_k);
     latent_linear_free(&e->lrt_v);
+    latent_linear_free(&e->embed_bf16);
 }
 
-/* Prepares every matrix the forward multiplies by. */
+static int init_linear(const latent_engine *e, latent_linear *l, const float *w, int out_dim, int in_dim) {
+    return e->precision == LATENT_PRECISION_BF16 ? latent_linear_init_bf16(l, w, out_dim, in_dim)
+                                                 : latent_linear_init(l, w, out_dim, in_dim);
+}
+#define latent_linear_init(l, w, o, i) init_linear(e, l, w, o, i)
+
+/* Prepares every matrix the forward multiplies by; under bf16 the token
+ * embedding too (read from the tied head's panels, or its own). */
 static int engine_init_linears(latent_engine *e) {
     const latent_config *c = e->cfg;
     const latent_weights *w = &e->m->w;
@@ -106,6 +117,10 @@ static int engine_init_linears(latent_engine *e) {
     if (w->lrt_shared_k) rc |= latent_linear_init(&e->lrt_k, w->lrt_shared_k, kvd, d);
     if (w->lrt_shared_v) rc |= latent_linear_init(&e->lrt_v, w->lrt_shared_v, kvd, d);
     rc |= latent_linear_init(&e->head, w->lm_head, c->vocab, d);
+    if (e->precision == LATENT_PRECISION_BF16) {
+        if (w->lm_head == w->embed) e->embed_src = &e->head;
+        else if ((rc |= latent_linear_init(&e->embed_bf16, w->embed, c->vocab, d)) == 0) e->embed_src = &e->embed_bf16;
+    }
     if (c->rec == LATENT_REC_T2MLR) {
         rc |= latent_linear_init(&e->w_rec, w->t2mlr.w_rec, d, d);
         rc |= latent_linear_init(&e->f_rec, w->t2mlr.f_rec_w, d, 2 * d);
@@ -113,8 +128,28 @@ static int engine_init_linears(latent_engine *e) {
     }
     return rc;
 }
+#undef latent_linear_init
 
-latent_engine *latent_engine_new(const latent_model *m, latent_err *err) {
+const char *latent_precision_name(latent_precision p) {
+    return p == LATENT_PRECISION_F32 ? "f32" : p == LATENT_PRECISION_BF16 ? "bf16" : "auto";
+}
+
+int latent_precision_parse(const char *s, latent_precision *out) {
+    static const latent_precision all[] = {LATENT_PRECISION_AUTO, LATENT_PRECISION_F32, LATENT_PRECISION_BF16};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, latent_precision_name(all[i]))) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+const char *latent_kernel_path(void) { return latent_isa_name(latent_isa_active()); }
+latent_precision latent_engine_precision(const latent_engine *e) { return e->precision; }
+
+latent_engine *latent_engine_new(const latent_model *m, latent_err *err) { return latent_engine_new_opts(m, NULL, err); }
+
+latent_engine *latent_engine_new_opts(const latent_model *m, const latent_engine_opts *o, latent_err *err) {
     latent_engine *e = calloc(1, sizeof *e);
     if (!e) {
         latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory");
@@ -123,6 +158,9 @@ latent_engine *latent_engine_new(const latent_model *m, latent_err *err) {
     e->m = m;
     e->cfg = &m->cfg;
     e->recurrence = 1;
+    latent_precision p = o ? o->precision : LATENT_PRECISION_AUTO;
+    if (p == LATENT_PRECISION_AUTO) p = m->checkpoint_bf16 ? LATENT_PRECISION_BF16 : LATENT_PRECISION_F32;
+    e->precision = p;
     if (engine_init_linears(e) != 0) {
         latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory preparing the weights for inference");
         latent_engine_free(e);
@@ -145,13 +183,14 @@ static size_t release_matrix(latent_linear *l, const float *keep) {
 }
 
 size_t latent_engine_release_unpacked(latent_engine *e) {
-    const float *embed = e->m->w.embed;
+    /* Under bf16 the token rows come from bf16 panels: the F32 embedding goes too. */
+    const float *embed = e->embed_src ? NULL : e->m->w.embed;
     size_t bytes = 0;
     for (int l = 0; l < e->cfg->n_layers; l++) {
         latent_linear *ls = &e->lin[l].wq;
         for (size_t i = 0; i < sizeof(engine_layer) / sizeof(latent_linear); i++) bytes += release_matrix(&ls[i], embed);
     }
-    latent_linear *rest[] = {&e->head, &e->w_rec, &e->f_rec, &e->f_cur, &e->lrt_k, &e->lrt_v};
+    latent_linear *rest[] = {&e->head, &e->w_rec, &e->f_rec, &e->f_cur, &e->lrt_k, &e->lrt_v, &e->embed_bf16};
     for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) bytes += release_matrix(rest[i], embed);
     return bytes;
 }
@@ -449,7 +488,8 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
         if (b->seq->d_state) memcpy(e->entry_state + (size_t)en * d, b->seq->state, d * sizeof(float));
         for (int i = 0; i < b->n_tokens; i++, r++) {
             e->rows[r] = (row_meta){.seq = b->seq, .pos = b->seq->n_pos + i, .entry = en, .row = r, .flow = flow};
-            memcpy(e->x + (size_t)r * d, w->embed + (size_t)b->tokens[i] * d, d * sizeof(float));
+            if (e->embed_src) latent_linear_row(e->embed_src, b->tokens[i], e->x + (size_t)r * d);
+            else memcpy(e->x + (size_t)r * d, w->embed + (size_t)b->tokens[i] * d, d * sizeof(float));
             latent_rope_tables(e->rope_cos + (size_t)r * half, e->rope_sin + (size_t)r * half, c->head_dim,
                         e->rows[r].pos, c->rope_theta);
         }

@@ -177,6 +177,7 @@ static int ml_fill(latent_model *m, const ml_sources *s, latent_err *err) {
             return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": expected shape %s, found %s", f->path,
                                   p->name, want, got);
         }
+        if (p->ndim == 2 && t->dtype == ST_BF16) m->checkpoint_bf16 = 1;
         if (t->dtype == ST_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
             /* Already the compute type: use it in place from the mapping. */
             *p->slot = (float *)t->data;

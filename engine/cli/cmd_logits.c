@@ -10,17 +10,21 @@
 
 static const char *help =
     "usage: latent logits --model DIR --tokens ID,ID,... [--n-prompt K] [--incremental]\n"
+    "                     [--precision auto|f32|bf16]\n"
     "\n"
     "Runs the model over the tokens and prints {\"logits\": [[...], ...]}, one row\n"
     "of vocab_size floats per position. The first K tokens (all, by default) are a\n"
     "prompt and follow the model's control-flow rules (recur_on_prompt); the rest\n"
     "are treated as generated tokens. --incremental feeds one token per step\n"
-    "(decoding through the KV cache) instead of one prefill.\n";
+    "(decoding through the KV cache) instead of one prefill. --precision picks what\n"
+    "the matrix products compute in (auto: the checkpoint's dtype).\n";
 
 int cmd_logits(int argc, char **argv) {
     const char *dir = NULL, *tokens_arg = NULL, *n_prompt_arg = NULL;
     int incremental = 0;
+    latent_engine_opts eo = {0};
     for (int i = 1; i < argc; i++) {
+        if (cli_precision_opt(argc, argv, &i, &eo)) continue;
         if (!strcmp(argv[i], "--incremental")) {
             incremental = 1;
             continue;
@@ -69,7 +73,7 @@ int cmd_logits(int argc, char **argv) {
     }
     const int page = 16;
     if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page) * (n / page + 2), &err) != 0 ||
-        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new(&m, &err))) {
+        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new_opts(&m, &eo, &err))) {
         cli_fail("%s", err.msg);
         goto done;
     }

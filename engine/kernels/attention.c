@@ -68,10 +68,10 @@ static inline void axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-#ifdef __AVX512F__
+#ifdef LATENT_HAVE_AVX512_CODE
 
 /* scores[g * len + i] = scale * q_g . k_i for the group's q heads; hd % 16 == 0. */
-static void row_scores(float *scores, int len, const float *q0, int group, int hd, const float *const *krows,
+AVX512_FN static void row_scores(float *scores, int len, const float *q0, int group, int hd, const float *const *krows,
                        const float *const *vrows, float scale) {
     for (int i = 0; i < len; i++) {
         const float *k = krows[i];
@@ -92,7 +92,7 @@ static void row_scores(float *scores, int len, const float *q0, int group, int h
 
 /* out_g = sum_i p[g * len + i] v_i, 16 features of up to four heads at a
  * time, the sums kept in registers; hd % 16 == 0. */
-static void row_values(float *out0, const float *p, int len, int group, int hd, const float *const *vrows) {
+AVX512_FN static void row_values(float *out0, const float *p, int len, int group, int hd, const float *const *vrows) {
     for (int g0 = 0; g0 < group; g0 += 4) {
         int gn = group - g0 < 4 ? group - g0 : 4;
         const float *p0 = p + (size_t)g0 * len, *p1 = p0 + len, *p2 = p1 + len, *p3 = p2 + len;
@@ -136,14 +136,14 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
     }
     float *out0 = it->part >= 0 ? j->parts + (size_t)it->part * group * (hd + 2)
                                 : j->att + (size_t)r * qd + (size_t)it->kvh * group * hd;
-#ifdef __AVX512F__
-    int fast = hd % 16 == 0;
+#ifdef LATENT_HAVE_AVX512_CODE
+    int fast = hd % 16 == 0 && latent_isa_active() >= LATENT_ISA_AVX512;
 #else
     int fast = 0;
 #endif
     /* scores (group, len), then their exponentials, then the weighted values */
     if (fast) {
-#ifdef __AVX512F__
+#ifdef LATENT_HAVE_AVX512_CODE
         row_scores(scores, len, q0, group, hd, krows, vrows, scale);
 #endif
     } else {
@@ -157,7 +157,7 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
         mx[g] = m, sum[g] = exp_shift_sum(sg, len, m);
     }
     if (fast) {
-#ifdef __AVX512F__
+#ifdef LATENT_HAVE_AVX512_CODE
         row_values(out0, scores, len, group, hd, vrows);
 #endif
     } else {

@@ -48,14 +48,7 @@ void latent_gemm_packed_free(gemm_packed *p) {
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-int latent_gemm_available(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return cached;
-}
+int latent_gemm_available(void) { return latent_isa_active() >= LATENT_ISA_AVX512; }
 
 /* out (MR, 32 valid cols `cols`) (+)= X (MR rows, k in [k0,k1)) panel^T */
 __attribute__((target("avx512f"), always_inline)) static inline void

@@ -24,11 +24,17 @@ void latent_matmul_forward(float *out, const float *x, const float *w, int n, in
 typedef struct latent_linear {
     const float *w;       /* (out_dim, in_dim), not owned */
     int out_dim, in_dim;
-    float *packed;        /* owned; NULL when BLAS is used */
+    void *packed;         /* owned: F32 panels, or bf16 panels when bf16; NULL when BLAS is used */
     int n_panels;
+    int bf16;             /* products in bf16 (weights and inputs rounded), F32 sums */
 } latent_linear;
 
 int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim);
+/* The same matrix held in bf16 panels (latent_gemm_bf16_*), on every ISA. */
+int latent_linear_init_bf16(latent_linear *l, const float *w, int out_dim, int in_dim);
+/* Row `row` of W as F32 (bf16 values under bf16): embedding lookups from a
+ * tied LM head without an F32 copy. */
+void latent_linear_row(const latent_linear *l, int row, float *out);
 void latent_linear_free(latent_linear *l);
 /* out (n, out_dim) = x (n, in_dim) W^T */
 void latent_linear_forward(float *out, const float *x, const latent_linear *l, int n);
@@ -55,6 +61,45 @@ void latent_softmax_forward(float *x, int n);
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
 
 
+/* ---- instruction sets, chosen at run time ---- */
+
+/* Ordered: each level has everything the ones before it have. */
+typedef enum {
+    LATENT_ISA_GENERIC = 0, /* x86-64 baseline (or not x86) */
+    LATENT_ISA_AVX2,        /* AVX2 + FMA */
+    LATENT_ISA_AVX512,      /* AVX-512 F + BW, ZMM state saved by the OS */
+    LATENT_ISA_AVX512BF16,  /* + AVX512_BF16 (vdpbf16ps) */
+    LATENT_ISA_AMX          /* + AMX-BF16 tiles, permitted by the kernel (kernels: the avx512bf16 ones) */
+} latent_isa;
+
+/* The best level this machine and OS allow (asks for AMX permission once). */
+latent_isa latent_isa_detected(void);
+/* The level the kernels use: detected, capped by LATENT_ISA (read once). */
+latent_isa latent_isa_active(void);
+/* Tests: sets the active level (capped by what is detected); returns it.
+ * Engines and matrices prepared afterwards use it. */
+latent_isa latent_isa_set(latent_isa isa);
+const char *latent_isa_name(latent_isa isa);
+int latent_isa_parse(const char *s, latent_isa *out);   /* 0, or -1 for an unknown name */
+/* 1 when the CPU has AMX but the kernel refused the tile-data permission. */
+int latent_isa_amx_refused(void);
+
+/* ---- bf16 numbers ---- */
+
+/* Round to nearest even; NaN stays NaN (quietened). */
+static inline uint16_t latent_f32_to_bf16(float f) {
+    uint32_t u;
+    __builtin_memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+static inline float latent_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    __builtin_memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* ---- the packed matrix kernel ---- */
 
 #define GEMM_PANEL 32
@@ -74,6 +119,19 @@ void latent_gemm_packed_free(gemm_packed *p);
 /* out[:, p0*32 .. min(p1*32, n)) = X (m, k) W^T for panels [p0, p1);
  * out has row stride ldo, X row stride k. */
 void latent_gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1);
+
+/* BF16 panels: W (n, k) as [k/2][32][2] bf16 per 32-feature panel (see
+ * gemm_bf16.c for the layout and the fixed reduction order). */
+size_t latent_gemm_bf16_bytes(int n_panels, int k);
+int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, int k);
+void latent_gemm_bf16_free(uint16_t *panels, int n_panels, int k);
+float latent_gemm_bf16_weight(const uint16_t *panels, int k, int row, int col);
+/* X (m, k) F32 -> bf16 rows of even length (k rounded up, padded with 0). */
+void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k);
+/* out[:, p0*32 .. min(p1*32, n)) = Xb (m, k) W^T for panels [p0, p1), Xb from
+ * latent_bf16_round_rows; the path follows latent_isa_active(). */
+void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
+                          int p1);
 
 /* ---- attention ---- */
 

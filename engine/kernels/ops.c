@@ -52,10 +52,33 @@ int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim
     return 0;
 }
 
+int latent_linear_init_bf16(latent_linear *l, const float *w, int out_dim, int in_dim) {
+    memset(l, 0, sizeof *l);
+    l->w = w, l->out_dim = out_dim, l->in_dim = in_dim, l->bf16 = 1;
+    uint16_t *p;
+    if (latent_gemm_bf16_pack(&p, &l->n_panels, w, out_dim, in_dim) != 0) return -1;
+    l->packed = p;
+    return 0;
+}
+
 void latent_linear_free(latent_linear *l) {
     if (!l) return;
-    if (l->packed) latent_huge_free(l->packed, latent_gemm_packed_bytes(l->n_panels, l->in_dim));
+    if (l->packed && l->bf16) latent_gemm_bf16_free(l->packed, l->n_panels, l->in_dim);
+    else if (l->packed) latent_huge_free(l->packed, latent_gemm_packed_bytes(l->n_panels, l->in_dim));
     memset(l, 0, sizeof *l);
+}
+
+void latent_linear_row(const latent_linear *l, int row, float *out) {
+    if (l->bf16) {
+        for (int i = 0; i < l->in_dim; i++) out[i] = latent_gemm_bf16_weight(l->packed, l->in_dim, row, i);
+        return;
+    }
+    if (l->w) {
+        memcpy(out, l->w + (size_t)row * l->in_dim, (size_t)l->in_dim * sizeof(float));
+        return;
+    }
+    const float *panel = (const float *)l->packed + (size_t)(row / GEMM_PANEL) * l->in_dim * GEMM_PANEL;
+    for (int i = 0; i < l->in_dim; i++) out[i] = panel[(size_t)i * GEMM_PANEL + row % GEMM_PANEL];
 }
 
 #define MAX_MULTI 4
@@ -65,6 +88,7 @@ typedef struct {
     const latent_linear *const *ls;
     int n_ls, n, total_panels, per_task;
     const float *x;
+    const uint16_t *xb;   /* x rounded to bf16 (bf16 matrices) */
 } linear_job;
 
 /* Task t computes panels [t*per_task, (t+1)*per_task) of the concatenation
@@ -78,6 +102,10 @@ static void linear_task(void *ctx, int task) {
         if (p1 <= 0 || p0 >= l->n_panels) continue;
         if (p0 < 0) p0 = 0;
         if (p1 > l->n_panels) p1 = l->n_panels;
+        if (l->bf16) {
+            latent_gemm_bf16_run(j->outs[i], l->out_dim, j->xb, j->n, l->out_dim, l->in_dim, l->packed, p0, p1);
+            continue;
+        }
         gemm_packed gp = {(float *)l->packed, l->out_dim, l->in_dim, l->n_panels};
         latent_gemm_run(j->outs[i], l->out_dim, j->x, &gp, j->n, p0, p1);
     }
@@ -126,8 +154,26 @@ void latent_linear_forward_multi(float *const *outs, const latent_linear *const 
      * enough to stream its panels at full speed. */
     int threads = latent_get_threads(), tasks = threads == 1 ? 1 : threads * 2;
     if (tasks > total) tasks = total;
-    linear_job j = {outs, ls, n_ls, n, total, (total + tasks - 1) / tasks, x};
+    linear_job j = {outs, ls, n_ls, n, total, (total + tasks - 1) / tasks, x, NULL};
+    /* bf16 matrices share one rounding of x (every matrix of a call has the same in_dim) */
+    enum { STACK_XB = 32 * 1024 };
+    uint16_t stack_xb[ls[0]->bf16 ? STACK_XB : 1], *heap_xb = NULL;
+    if (ls[0]->bf16) {
+        size_t need = (size_t)n * ((ls[0]->in_dim + 1) / 2 * 2);
+        uint16_t *xb = need <= STACK_XB ? stack_xb : (heap_xb = malloc(need * sizeof *heap_xb));
+        if (!xb) { /* out of memory for a large step: round row by row instead */
+            for (int r = 0; r < n; r++) {
+                float *row_outs[MAX_MULTI];
+                for (int i = 0; i < n_ls; i++) row_outs[i] = outs[i] + (size_t)r * ls[i]->out_dim;
+                latent_linear_forward_multi(row_outs, ls, n_ls, x + (size_t)r * ls[0]->in_dim, 1);
+            }
+            return;
+        }
+        latent_bf16_round_rows(xb, x, n, ls[0]->in_dim);
+        j.xb = xb;
+    }
     latent_parallel_for(linear_task, &j, (total + j.per_task - 1) / j.per_task);
+    free(heap_xb);
 }
 
 void latent_linear_forward(float *out, const float *x, const latent_linear *l, int n) {
@@ -165,15 +211,23 @@ void latent_rope_forward(float *x, int n_heads, int head_dim, const float *c, co
     }
 }
 
-void latent_swiglu_forward(float *out, const float *g, const float *u, size_t n) {
-    size_t i = 0;
-#ifdef __AVX512F__
+#ifdef LATENT_HAVE_AVX512_CODE
+AVX512_FN static size_t swiglu_avx512(float *out, const float *g, const float *u, size_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
+    size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 gv = _mm512_loadu_ps(g + i);
         __m512 den = _mm512_add_ps(one, exp512_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv)));
         _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(gv, den), _mm512_loadu_ps(u + i)));
     }
+    return i;
+}
+#endif
+
+void latent_swiglu_forward(float *out, const float *g, const float *u, size_t n) {
+    size_t i = 0;
+#ifdef LATENT_HAVE_AVX512_CODE
+    if (latent_isa_active() >= LATENT_ISA_AVX512) i = swiglu_avx512(out, g, u, n);
 #endif
     for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
