@@ -145,7 +145,41 @@ int latent_precision_parse(const char *s, latent_precision *out) {
 }
 
 const char *latent_kernel_path(void) { return latent_isa_name(latent_isa_active()); }
+
+latent_precision latent_precision_resolve(const latent_model *m, latent_precision p) {
+    if (p != LATENT_PRECISION_AUTO) return p;
+    return m->checkpoint_bf16 ? LATENT_PRECISION_BF16 : LATENT_PRECISION_F32;
+}
+
+int latent_kv_dtype_choose(const char *setting, latent_precision resolved, latent_kv_dtype *out) {
+    if (!strcmp(setting, "auto")) *out = resolved == LATENT_PRECISION_BF16 ? LATENT_KV_BF16 : LATENT_KV_F32;
+    else if (!strcmp(setting, "f32")) *out = LATENT_KV_F32;
+    else if (!strcmp(setting, "bf16")) *out = LATENT_KV_BF16;
+    else return -1;
+    return 0;
+}
 latent_precision latent_engine_precision(const latent_engine *e) { return e->precision; }
+
+static size_t linear_bytes(const latent_linear *l) {
+    if (!l->out_dim) return 0;
+    if (l->bf16) return latent_gemm_bf16_bytes(l->n_panels, l->in_dim);
+    if (l->packed) return latent_gemm_packed_bytes(l->n_panels, l->in_dim);
+    return (size_t)l->out_dim * l->in_dim * sizeof(float);
+}
+
+size_t latent_engine_weight_bytes(const latent_engine *e) {
+    size_t b = 0;
+    for (int l = 0; l < e->cfg->n_layers; l++) {
+        const latent_linear *ls = &e->lin[l].wq;
+        for (size_t i = 0; i < sizeof(engine_layer) / sizeof(latent_linear); i++) b += linear_bytes(&ls[i]);
+    }
+    const latent_linear *rest[] = {&e->w_rec, &e->f_rec, &e->f_cur, &e->lrt_k, &e->lrt_v, &e->embed_bf16};
+    for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) b += linear_bytes(rest[i]);
+    /* the head, and the embedding unless it is read from the head's panels */
+    b += linear_bytes(&e->head);
+    if (!e->embed_src) b += (size_t)e->cfg->vocab * e->cfg->d * sizeof(float) * (e->m->w.lm_head == e->m->w.embed && !e->head.packed ? 0 : 1);
+    return b;
+}
 
 latent_engine *latent_engine_new(const latent_model *m, latent_err *err) { return latent_engine_new_opts(m, NULL, err); }
 
@@ -158,9 +192,7 @@ latent_engine *latent_engine_new_opts(const latent_model *m, const latent_engine
     e->m = m;
     e->cfg = &m->cfg;
     e->recurrence = 1;
-    latent_precision p = o ? o->precision : LATENT_PRECISION_AUTO;
-    if (p == LATENT_PRECISION_AUTO) p = m->checkpoint_bf16 ? LATENT_PRECISION_BF16 : LATENT_PRECISION_F32;
-    e->precision = p;
+    e->precision = latent_precision_resolve(m, o ? o->precision : LATENT_PRECISION_AUTO);
     if (engine_init_linears(e) != 0) {
         latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory preparing the weights for inference");
         latent_engine_free(e);
@@ -321,8 +353,8 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
         latent_rope_forward(e->k + (size_t)r * kvd, c->n_kv_heads, hd, cs, sn);
         latent_kv_pool *pool = rows[r].seq->pool;
         int P = pool->page_tokens, pos = rows[r].pos, page = rows[r].seq->pages[pos / P];
-        memcpy(latent_kv_row(pool, pool->k, page, layer, pos % P), e->k + (size_t)r * kvd, kvd * sizeof(float));
-        memcpy(latent_kv_row(pool, pool->v, page, layer, pos % P), e->v + (size_t)r * kvd, kvd * sizeof(float));
+        latent_kv_store(pool, latent_kv_at(pool, pool->k, page, layer, pos % P), 0, e->k + (size_t)r * kvd, kvd);
+        latent_kv_store(pool, latent_kv_at(pool, pool->v, page, layer, pos % P), 0, e->v + (size_t)r * kvd, kvd);
     }
     latent_attention_forward(e->att, e->q, rows, n, layer, c, &e->attn);
     latent_linear_forward(e->tmp, e->att, &E->wo, n);

@@ -2,19 +2,49 @@
 #include "latent/kv.h"
 
 #include "hugemem.h"
+#include "kernels/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens) {
-    return 2 * sizeof(float) * (size_t)cfg->n_layers * page_tokens * latent_config_kv_dim(cfg);
+static int elem_bytes(latent_kv_dtype t) { return t == LATENT_KV_BF16 ? 2 : 4; }
+
+const char *latent_kv_dtype_name(latent_kv_dtype t) { return t == LATENT_KV_BF16 ? "bf16" : "f32"; }
+
+size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens, latent_kv_dtype dtype) {
+    return 2 * (size_t)elem_bytes(dtype) * cfg->n_layers * page_tokens * latent_config_kv_dim(cfg);
+}
+
+void latent_kv_store(const latent_kv_pool *p, void *row, int off, const float *src, int n) {
+    if (p->dtype == LATENT_KV_F32) {
+        memcpy((float *)row + off, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *d = (uint16_t *)row + off;
+    for (int i = 0; i < n; i++) d[i] = latent_f32_to_bf16(src[i]);
+}
+
+void latent_kv_load(const latent_kv_pool *p, const void *row, int off, float *dst, int n) {
+    if (p->dtype == LATENT_KV_F32) {
+        memcpy(dst, (const float *)row + off, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint16_t *s = (const uint16_t *)row + off;
+    for (int i = 0; i < n; i++) dst[i] = latent_bf16_to_f32(s[i]);
+}
+
+/* Bytes of one page of K (or V). */
+static size_t half_page_bytes(const latent_kv_pool *p) {
+    return (size_t)p->n_layers * p->page_tokens * p->kv_dim * p->elem_bytes;
 }
 
 int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_tokens, size_t bytes,
-                        latent_err *err) {
+                        latent_kv_dtype dtype, latent_err *err) {
     memset(p, 0, sizeof *p);
     if (page_tokens < 1) return latent_err_set(err, LATENT_E_INVALID, "kv pool: page size must be at least 1 token");
-    size_t page_bytes = latent_kv_page_bytes(cfg, page_tokens);
+    if (dtype != LATENT_KV_F32 && dtype != LATENT_KV_BF16) return latent_err_set(err, LATENT_E_INVALID, "kv pool: unknown dtype %d", (int)dtype);
+    p->dtype = dtype, p->elem_bytes = elem_bytes(dtype);
+    size_t page_bytes = latent_kv_page_bytes(cfg, page_tokens, dtype);
     size_t n = bytes / page_bytes;
     if (n < 1) n = 1;
     if (n > (size_t)1 << 30) return latent_err_set(err, LATENT_E_INVALID, "kv pool: %zu pages is too many", n);
@@ -22,9 +52,9 @@ int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_to
     p->kv_dim = latent_config_kv_dim(cfg);
     p->page_tokens = page_tokens;
     p->n_pages = (int)n;
-    size_t floats = n * page_bytes / (2 * sizeof(float));
-    p->k = latent_huge_alloc(floats * sizeof(float));
-    p->v = latent_huge_alloc(floats * sizeof(float));
+    size_t half = n * page_bytes / 2;
+    p->k = latent_huge_alloc(half);
+    p->v = latent_huge_alloc(half);
     p->refcount = calloc(n, sizeof(int));
     p->free_stack = malloc(n * sizeof(int));
     if (!p->k || !p->v || !p->refcount || !p->free_stack) {
@@ -34,8 +64,8 @@ int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_to
     /* Commit the pool now: the memory is taken at start-up, where running out
      * is an error the caller reports, instead of page by page under the first
      * requests (each first touch a page fault inside a timed step). */
-    latent_huge_commit(p->k, floats * sizeof(float));
-    latent_huge_commit(p->v, floats * sizeof(float));
+    latent_huge_commit(p->k, half);
+    latent_huge_commit(p->v, half);
     /* Pop order hands out page 0 first: keeps early sequences' pages close. */
     for (int i = 0; i < p->n_pages; i++) p->free_stack[i] = p->n_pages - 1 - i;
     p->n_free = p->n_pages;
@@ -44,7 +74,7 @@ int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_to
 
 void latent_kv_pool_free(latent_kv_pool *p) {
     if (!p) return;
-    size_t bytes = (size_t)p->n_pages * p->n_layers * p->page_tokens * p->kv_dim * sizeof(float);
+    size_t bytes = (size_t)p->n_pages * half_page_bytes(p);
     latent_huge_free(p->k, bytes);
     latent_huge_free(p->v, bytes);
     free(p->refcount);
@@ -127,9 +157,8 @@ int latent_seq_reserve(latent_seq *s, int n_total, int max_tokens, latent_err *e
     if (cow) {
         latent_kv_pool *p = s->pool;
         int old = s->pages[s->n_pos / P], page = pool_take(p);
-        size_t floats = (size_t)p->n_layers * P * p->kv_dim;
-        memcpy(latent_kv_row(p, p->k, page, 0, 0), latent_kv_row(p, p->k, old, 0, 0), floats * sizeof(float));
-        memcpy(latent_kv_row(p, p->v, page, 0, 0), latent_kv_row(p, p->v, old, 0, 0), floats * sizeof(float));
+        memcpy(latent_kv_at(p, p->k, page, 0, 0), latent_kv_at(p, p->k, old, 0, 0), half_page_bytes(p));
+        memcpy(latent_kv_at(p, p->v, page, 0, 0), latent_kv_at(p, p->v, old, 0, 0), half_page_bytes(p));
         pool_release(p, old);
         s->pages[s->n_pos / P] = page;
     }
@@ -182,9 +211,8 @@ int latent_seq_fork(latent_seq *dst, const latent_seq *src, int n, latent_err *e
     if (partial) {
         /* The last page will be written by both sequences: copy it. */
         int page = pool_take(p);
-        size_t floats = (size_t)p->n_layers * P * p->kv_dim;
-        memcpy(latent_kv_row(p, p->k, page, 0, 0), latent_kv_row(p, p->k, src->pages[full], 0, 0), floats * sizeof(float));
-        memcpy(latent_kv_row(p, p->v, page, 0, 0), latent_kv_row(p, p->v, src->pages[full], 0, 0), floats * sizeof(float));
+        memcpy(latent_kv_at(p, p->k, page, 0, 0), latent_kv_at(p, p->k, src->pages[full], 0, 0), half_page_bytes(p));
+        memcpy(latent_kv_at(p, p->v, page, 0, 0), latent_kv_at(p, p->v, src->pages[full], 0, 0), half_page_bytes(p));
         dst->pages[full] = page;
     }
     dst->n_pages = full + partial;

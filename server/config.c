@@ -37,6 +37,10 @@ static const opt opts[] = {
      "prompt tokens a sequence prefills per step while others decode (default 32)"},
     {"max-tokens", OPT_INT, O(max_tokens), 1, 1 << 24, NULL, "N", "most tokens one request may generate (default 4096)"},
     {"threads", OPT_INT, O(threads), 0, 1024, NULL, "N", "engine threads (default 0 = online cores)"},
+    {"precision", OPT_STR, O(precision), 0, 0, "auto|f32|bf16", "P",
+     "what the matrix products compute in (default auto: bf16 for BF16 checkpoints, else f32)"},
+    {"kv-dtype", OPT_STR, O(kv_dtype), 0, 0, "auto|f32|bf16", "T",
+     "what the KV cache stores (default auto: bf16 under bf16, else f32; bf16 pages hold as many tokens in half the bytes)"},
     {"api-key", OPT_LIST, O(api_keys), 0, 0, NULL, "KEY", "accept this bearer key (repeatable; none = no auth)"},
     {"api-key-file", OPT_STR, O(api_key_file), 0, 0, NULL, "PATH", "file of API keys, one per line"},
     {"cors-origin", OPT_LIST, O(cors_origins), 0, 0, NULL, "ORIGIN", "allow this browser origin (repeatable; * = any)"},
@@ -87,6 +91,8 @@ static void defaults(srv_config *c) {
     c->prefill_chunk = 32;
     c->max_tokens = 4096;
     c->log_level = strdup("info");
+    c->precision = strdup("auto");
+    c->kv_dtype = strdup("auto");
     c->log_format = strdup("text");
     c->grace_seconds = 30;
     c->max_body_bytes = 4L << 20;

@@ -106,11 +106,19 @@ srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_
     s->m = m, s->cfg = &m->cfg, s->o = *o;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (latent_kv_pool_init(&s->pool, &m->cfg, o->page_tokens, o->pool_bytes, err) != 0) goto fail;
-    if (!(s->eng = latent_engine_new(m, err))) goto fail;
+    latent_kv_dtype kvd;
+    if (latent_kv_dtype_choose(o->kv_dtype ? o->kv_dtype : "auto", latent_precision_resolve(m, o->engine.precision), &kvd) != 0) {
+        latent_err_set(err, LATENT_E_INVALID, "kv-dtype must be auto, f32 or bf16 (got '%s')", o->kv_dtype);
+        goto fail;
+    }
+    if (latent_kv_pool_init(&s->pool, &m->cfg, o->page_tokens, o->pool_bytes, kvd, err) != 0) goto fail;
+    if (!(s->eng = latent_engine_new_opts(m, &o->engine, err))) goto fail;
     /* The daemon uses the model only through this engine: one copy of the
      * weights (the packed one) is enough. */
     s->stats.released_weight_bytes = latent_engine_release_unpacked(s->eng);
+    s->stats.weight_bytes = latent_engine_weight_bytes(s->eng);
+    s->stats.precision = latent_engine_precision(s->eng);
+    s->stats.kv_dtype = s->pool.dtype;
     if (srv_cache_init(&s->cache, o->cache_entries) != 0) {
         latent_err_set(err, LATENT_E_NOMEM, "scheduler: out of memory");
         goto fail;

@@ -134,7 +134,9 @@ int cmd_eval(int argc, char **argv) {
     if (d.flow && m.cfg.rec == LATENT_REC_T2MLR && m.cfg.t2mlr.recur_on_prompt && !json)
         fprintf(stderr, "latent: eval: note: %s recurs on prompt tokens, so the flow-1 tokens of %s run with flow 2\n", dir, data);
     const int page = 16;
-    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page) * (size_t)batch * (L / page + 2), &err) != 0 ||
+    latent_kv_dtype kvd;
+    latent_kv_dtype_choose("auto", latent_precision_resolve(&m, eo.precision), &kvd);
+    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page, kvd) * (size_t)batch * (L / page + 2), kvd, &err) != 0 ||
         !(eng = latent_engine_new_opts(&m, &eo, &err))) {
         cli_fail("eval: %s", err.msg);
         goto done;

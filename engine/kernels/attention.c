@@ -21,12 +21,15 @@ int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx
     /* gathered K and V of one kv head, plus a block of scores (BLOCK_ROWS
      * rows for a run, or one row for every q head of a group) */
     int group = c->n_heads / c->n_kv_heads;
-    size_t per = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
-    per = (per + 15) / 16 * 16; /* each thread's slot 64-byte aligned (it also holds row pointers) */
+    size_t rowp_offset = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
+    rowp_offset = (rowp_offset + 15) / 16 * 16;
+    /* then 2 * ctx row pointers (8 bytes each: 4 floats per key) */
+    size_t per = rowp_offset + (size_t)4 * ctx;
+    per = (per + 15) / 16 * 16; /* each thread's slot 64-byte aligned */
     float *buf = malloc(per * threads * sizeof(float));
     if (!buf) return -1;
     free(s->buf);
-    s->buf = buf, s->per_thread = per, s->threads = threads, s->ctx = ctx;
+    s->buf = buf, s->per_thread = per, s->threads = threads, s->ctx = ctx, s->rowp_offset = rowp_offset;
     return 0;
 }
 
@@ -120,7 +123,8 @@ AVX512_FN static void row_values(float *out0, const float *p, int len, int group
  * normalized output, or for a split row (part >= 0) the unnormalized output
  * with its running max and sum, merged by merge_parts. `rowp` has room for
  * 2 * (t1 - t0) pointers. */
-static void item_row(const attn_job *j, const attn_item *it, float *scores, const float **rowp) {
+static void item_row(const attn_job *j, const attn_item *it, float *scores, const float **rowp, float *kbuf,
+                     float *vbuf) {
     const latent_config *c = j->c;
     int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
@@ -131,8 +135,19 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
     const float *q0 = j->q + (size_t)r * qd + (size_t)it->kvh * group * hd;
     const float **krows = rowp, **vrows = rowp + len;
     for (int t = t0; t < t1; t++) {
-        krows[t - t0] = latent_kv_row(pool, pool->k, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
-        vrows[t - t0] = latent_kv_row(pool, pool->v, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
+        const void *kr = latent_kv_at(pool, pool->k, s->pages[t / P], j->layer, t % P);
+        const void *vr = latent_kv_at(pool, pool->v, s->pages[t / P], j->layer, t % P);
+        if (pool->dtype == LATENT_KV_F32) {
+            krows[t - t0] = (const float *)kr + it->kvh * hd;
+            vrows[t - t0] = (const float *)vr + it->kvh * hd;
+            continue;
+        }
+        /* bf16 pages: this row's keys and values widened once into the
+         * thread's gather buffers, then read as F32 rows */
+        float *kd = kbuf + (size_t)(t - t0) * hd, *vd = vbuf + (size_t)(t - t0) * hd;
+        latent_kv_load(pool, kr, it->kvh * hd, kd, hd);
+        latent_kv_load(pool, vr, it->kvh * hd, vd, hd);
+        krows[t - t0] = kd, vrows[t - t0] = vd;
     }
     float *out0 = it->part >= 0 ? j->parts + (size_t)it->part * group * (hd + 2)
                                 : j->att + (size_t)r * qd + (size_t)it->kvh * group * hd;
@@ -185,8 +200,8 @@ static void item_gemm(const attn_job *j, const attn_item *it, float *kbuf, float
     const latent_kv_pool *pool = s->pool;
     int P = pool->page_tokens, len = first->pos + it->len; /* keys up to the run's last row */
     for (int t = 0; t < len; t++) {
-        memcpy(kbuf + (size_t)t * hd, latent_kv_row(pool, pool->k, s->pages[t / P], j->layer, t % P) + it->kvh * hd, hd * sizeof(float));
-        memcpy(vbuf + (size_t)t * hd, latent_kv_row(pool, pool->v, s->pages[t / P], j->layer, t % P) + it->kvh * hd, hd * sizeof(float));
+        latent_kv_load(pool, latent_kv_at(pool, pool->k, s->pages[t / P], j->layer, t % P), it->kvh * hd, kbuf + (size_t)t * hd, hd);
+        latent_kv_load(pool, latent_kv_at(pool, pool->v, s->pages[t / P], j->layer, t % P), it->kvh * hd, vbuf + (size_t)t * hd, hd);
     }
     float scale = 1.0f / sqrtf((float)hd);
     for (int h = it->kvh * group; h < (it->kvh + 1) * group; h++) {
@@ -225,8 +240,8 @@ static void attn_task(void *ctx, int task) {
     for (int r = it->start; r < it->start + it->len; r++) {
         attn_item one = *it;
         one.start = r, one.len = 1;
-        /* the gather buffers a run would use hold this row's k, v row pointers */
-        item_row(j, &one, base + 2 * kv, (const float **)base);
+        /* row pointers after the scores; bf16 rows widened into the gather buffers */
+        item_row(j, &one, base + 2 * kv, (const float **)(base + j->s->rowp_offset), base, base + kv);
     }
 }
 

@@ -147,6 +147,7 @@ typedef struct row_meta {
 typedef struct attn_scratch {
     float *buf;       /* (threads, per_thread) */
     size_t per_thread;
+    size_t rowp_offset;   /* floats into a thread's slot where its row pointers start */
     int threads, ctx; /* sized for this many threads and context length */
     float *parts;     /* partial results of rows split over key ranges */
     size_t parts_cap; /* floats */

@@ -14,18 +14,20 @@ PY=${PYTHON:-/usr/bin/python3}
 latent=$build/latent
 ref=$root/tests/ref
 tol=1e-4
-# bf16 bounds. Against the reference that rounds the same inputs to bf16:
-# products agree to F32 summation order, but an activation that lands within
+# bf16 bounds. Against the reference that rounds the same inputs (and the
+# cached keys and values) to bf16: without a rounding flip the two agree to
+# F32 summation order (1e-7 measured), but an activation that lands within
 # float rounding of a bf16 tie can round the other way (a 2^-8 relative step
-# of one element), and such flips pass through the later blocks; measured
-# worst here 5.7e-3 (AMD EPYC, every path), bound 1e-2. Against the exact
+# of one element), and such flips pass through the later blocks and
+# positions; measured worst 7.9e-3 (AMD EPYC, every path), bound 2e-2, which
+# any wrong index or lost term in a kernel exceeds by far. Against the exact
 # reference, for BF16 checkpoints (their weights are exact in bf16, so the
-# error is the activations' rounding, about 2^-9 relative per input, over up
-# to 4 blocks of 7 products): measured worst 1.3e-2, bound 3e-2. An F32
-# checkpoint run in bf16 also has its weights rounded, a change of the model
-# whose effect depends on the weights (random LRT test models reach 3.7e-2
-# at late positions): printed as information, not held to a bound.
-tol_bf16_contract=1e-2
+# error is the rounding of activations and cache, about 2^-9 relative per
+# value, over up to 4 blocks of 7 products): measured worst 1.7e-2, bound
+# 3e-2. An F32 checkpoint run in bf16 also has its weights rounded, a change
+# of the model whose effect depends on the weights (random LRT test models
+# reach 4.8e-2 at late positions): printed as information, not held to a bound.
+tol_bf16_contract=2e-2
 tol_bf16_accuracy=3e-2
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/latent-logits.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -62,7 +64,8 @@ models=(
 )
 
 # name, model dir, extra logits args. env: ENG_PRECISION (default f32; auto
-# passes none), REF_PRECISION (default f32), CMP_TOL (default $tol).
+# passes none), REF_PRECISION (default f32; bf16 also rounds the reference's
+# KV cache, as the engine's kv-dtype auto does), CMP_TOL (default $tol).
 compare() {
     local name=$1 dir=$2; shift 2
     n=$((n + 1))
@@ -76,7 +79,7 @@ compare() {
     local ref_args=() a
     for a in "$@"; do [ "$a" = --incremental ] || ref_args+=("$a"); done
     local t=${CMP_TOL:-$tol}
-    "$PY" "$ref/reference.py" --model "$dir" --tokens "$tokens" --precision "$ref_prec" "${ref_args[@]}" > "$tmp/ref.json" || {
+    "$PY" "$ref/reference.py" --model "$dir" --tokens "$tokens" --precision "$ref_prec" --kv-dtype "$ref_prec" "${ref_args[@]}" > "$tmp/ref.json" || {
         echo "FAIL $name: reference failed"; fails=$((fails + 1)); return; }
     local msg
     if msg=$("$PY" "$ref/compare_logits.py" "$tmp/eng.json" "$tmp/ref.json" "$t"); then
@@ -121,6 +124,11 @@ for kind in plain t2mlr; do
         # shellcheck disable=SC2086
         tokens=$long_tokens compare "long-$kind 300 tokens${args:+ $args}" "$dir" $args
     done
+    # bf16 pages read by the split single-row kernel and by the gathering runs
+    tokens=$long_tokens ENG_PRECISION=bf16 REF_PRECISION=bf16 CMP_TOL=$tol_bf16_contract \
+        compare "long-$kind 300 tokens bf16 --incremental" "$dir" --incremental
+    tokens=$long_tokens ENG_PRECISION=bf16 REF_PRECISION=bf16 CMP_TOL=$tol_bf16_contract \
+        compare "long-$kind 300 tokens bf16" "$dir"
 done
 
 # T2MLR with gammas = 0 is the backbone. Decoding token by token (--incremental)
@@ -170,6 +178,11 @@ for dt in f32 bf16; do
             LATENT_ISA=$path ENG_PRECISION=$eng REF_PRECISION=bf16 CMP_TOL=$tol_bf16_contract \
                 compare "$name/$dt $eng->bf16 $path" "$dir"
         done
+        case $name in  # decoding through bf16 pages token by token, and an F32 cache under bf16
+            t2mlr-rop|lrt-perblock|gqa-head-dim)
+                ENG_PRECISION=$eng REF_PRECISION=bf16 CMP_TOL=$tol_bf16_contract \
+                    compare "$name/$dt $eng->bf16 incremental" "$dir" --incremental ;;
+        esac
         if [ "$dt" = bf16 ]; then
             ENG_PRECISION=$eng REF_PRECISION=f32 CMP_TOL=$tol_bf16_accuracy compare "$name/$dt $eng->bf16 vs exact" "$dir"
         else

@@ -50,6 +50,8 @@ def bf16_round(x):
 # (docs/model-format.md, "Precision") every input vector and every weight
 # matrix is rounded to bf16 and the products are exact sums of those.
 P = lambda x: x  # noqa: E731
+# PKV: what a cached k or v row becomes (bf16 under --kv-dtype bf16).
+PKV = lambda x: x  # noqa: E731
 
 
 class Model:
@@ -143,8 +145,8 @@ class Session:
                 v = gl * v + gf * mv
             q = m.rope(q, pos)
             k = m.rope(k, pos)
-            self.k[i].append(k)
-            self.v[i].append(v)
+            self.k[i].append(PKV(k))
+            self.v[i].append(PKV(v))
             Ks = np.stack(self.k[i])  # (T, nkv, hd)
             Vs = np.stack(self.v[i])
             grp = m.nh // m.nkv
@@ -202,10 +204,14 @@ def main(argv):
     p.add_argument("--stop-at-eos", action="store_true")
     p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
                    help="bf16: round every matrix and every product input to bf16 (the engine's contract)")
+    p.add_argument("--kv-dtype", choices=["f32", "bf16"], default="f32",
+                   help="bf16: round cached keys and values to bf16 as they are stored")
     a = p.parse_args(argv)
-    global P
+    global P, PKV
     if a.precision == "bf16":
         P = bf16_round
+    if a.kv_dtype == "bf16":
+        PKV = bf16_round
     m = Model(a.model, a.precision)
     if a.tokens is not None:
         toks = [int(t) for t in a.tokens.split(",") if t != ""]

@@ -20,7 +20,7 @@ typedef struct { latent_kv_pool pool; latent_engine *eng; } rig;
 
 static void rig_init(rig *r, const latent_model *m, int pages) {
     latent_err err;
-    if (latent_kv_pool_init(&r->pool, &m->cfg, PAGE, latent_kv_page_bytes(&m->cfg, PAGE) * pages, &err) != 0 ||
+    if (latent_kv_pool_init(&r->pool, &m->cfg, PAGE, latent_kv_page_bytes(&m->cfg, PAGE, LATENT_KV_F32) * pages, LATENT_KV_F32, &err) != 0 ||
         !(r->eng = latent_engine_new(m, &err))) {
         fprintf(stderr, "rig: %s\n", err.msg);
         exit(1);
