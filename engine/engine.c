@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <time.h>
 
+#include "fault.h"
 #include "kernels/kernels.h"
 
 /* The matrices of one block, prepared for inference (see latent_linear). */
@@ -242,8 +243,10 @@ void latent_engine_free(latent_engine *e) {
 void latent_engine_set_recurrence(latent_engine *e, int enabled) { e->recurrence = enabled; }
 const latent_engine_stats *latent_engine_get_stats(const latent_engine *e) { return &e->stats; }
 
-/* Grows the scratch to hold n rows, n_entries entries and a context of ctx. */
-static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, latent_err *err) {
+/* Grows the scratch to hold n rows, n_entries entries, a context of ctx and
+ * n_logits rows of batched logits. Every allocation a step needs happens
+ * here, before it changes anything: a failure leaves only bigger buffers. */
+static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, int n_logits, latent_err *err) {
     const latent_config *c = e->cfg;
     if (n > e->cap_rows) {
         int cap = e->cap_rows ? e->cap_rows : 16;
@@ -253,8 +256,8 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, laten
         size_t per_row = 2 * d /* x, wx */ + d /* xb */ + qd + 2 * kvd + qd + 2 * f + 2 * d /* tmp */ +
                          2 * d /* tmp2, tmp3 */ + 2 * d /* mem, state_new */ + 2 * c->n_kv_heads +
                          2 * kvd + 2 * half;
-        float *slab = malloc(per_row * cap * sizeof(float));
-        row_meta *rows = malloc(cap * sizeof(row_meta)), *wrows = malloc(cap * sizeof(row_meta));
+        float *slab = latent_step_realloc(NULL, per_row * cap * sizeof(float));
+        row_meta *rows = latent_step_realloc(NULL, cap * sizeof(row_meta)), *wrows = latent_step_realloc(NULL, cap * sizeof(row_meta));
         if (!slab || !rows || !wrows) {
             free(slab), free(rows), free(wrows);
             return latent_err_set(err, LATENT_E_NOMEM, "engine: cannot allocate scratch for %d rows", n);
@@ -271,17 +274,25 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, laten
         e->cap_rows = cap;
     }
     if (n_entries > e->cap_entries) {
-        float *es = realloc(e->entry_state, (size_t)n_entries * c->d * sizeof(float));
+        float *es = latent_step_realloc(e->entry_state, (size_t)n_entries * c->d * sizeof(float));
         if (!es) return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory");
         e->entry_state = es;
         e->cap_entries = n_entries;
     }
-    if (ctx > e->cap_ctx) {
-        int cap = e->cap_ctx ? e->cap_ctx : 256;
-        while (cap < ctx) cap *= 2;
-        if (cap > c->max_pos) cap = c->max_pos;
-        if (latent_attn_scratch_reserve(&e->attn, c, cap) != 0) return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory for attention");
-        e->cap_ctx = cap;
+    int cap_ctx = e->cap_ctx;
+    if (ctx > cap_ctx) {
+        cap_ctx = cap_ctx ? cap_ctx : 256;
+        while (cap_ctx < ctx) cap_ctx *= 2;
+        if (cap_ctx > c->max_pos) cap_ctx = c->max_pos;
+    }
+    /* every step: the thread count may have grown since the last one */
+    if (latent_attn_scratch_reserve(&e->attn, c, cap_ctx, n) != 0)
+        return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory for attention");
+    e->cap_ctx = cap_ctx;
+    if (n_logits > e->cap_logits) {
+        float *lg = latent_step_realloc(e->logits, (size_t)n_logits * c->vocab * sizeof(float));
+        if (!lg) return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory for %d rows of logits", n_logits);
+        e->logits = lg, e->cap_logits = n_logits;
     }
     return 0;
 }
@@ -491,7 +502,7 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
     int d = c->d;
     double t_start = now_seconds();
 
-    int N = 0, max_ctx = 0;
+    int N = 0, max_ctx = 0, n_logits = 0;
     for (int en = 0; en < n_entries; en++) {
         latent_batch_entry *b = &entries[en];
         if (b->n_tokens < 1) return latent_err_set(err, LATENT_E_INVALID, "batch entry %d has no tokens", en);
@@ -502,12 +513,20 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
                 return latent_err_set(err, LATENT_E_INVALID, "token id %d is outside the vocabulary (0..%d)", b->tokens[i], c->vocab - 1);
         if (b->seq->n_pos + b->n_tokens > max_ctx) max_ctx = b->seq->n_pos + b->n_tokens;
         N += b->n_tokens;
+        n_logits += b->logits == LATENT_LOGITS_ALL ? b->n_tokens : b->logits == LATENT_LOGITS_LAST ? 1 : 0;
     }
-    for (int en = 0; en < n_entries; en++) {
-        latent_batch_entry *b = &entries[en];
-        if (latent_seq_reserve(b->seq, b->seq->n_pos + b->n_tokens, c->max_pos, err) != 0) return -1;
+    if (max_ctx > c->max_pos)
+        return latent_err_set(err, LATENT_E_CONTEXT, "sequence of %d tokens exceeds the context of %d tokens", max_ctx, c->max_pos);
+    /* Every buffer first, then the pages of every entry at once: a step that
+     * fails has changed nothing (the tests inject a failure at each point). */
+    if (engine_reserve(e, N, n_entries, max_ctx, n_entries > 1 ? n_logits : 0, err) != 0) return -1;
+    {
+        latent_seq *seqs[n_entries];
+        int totals[n_entries];
+        for (int en = 0; en < n_entries; en++)
+            seqs[en] = entries[en].seq, totals[en] = entries[en].seq->n_pos + entries[en].n_tokens;
+        if (latent_seq_reserve_many(seqs, totals, n_entries, c->max_pos, err) != 0) return -1;
     }
-    if (engine_reserve(e, N, n_entries, max_ctx, err) != 0) return -1;
 
     /* Lay out the rows, embed them, and build each row's RoPE tables. */
     int start[n_entries > 0 ? n_entries : 1];
@@ -592,12 +611,8 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
             latent_linear_forward(entries[0].out, e->xb, &e->head, nl);
         } else {
             /* One product over every row: the head is the largest matrix, and
-             * reading it once per entry would cost a pass per sequence. */
-            if (nl > e->cap_logits) {
-                float *lg = realloc(e->logits, (size_t)nl * c->vocab * sizeof(float));
-                if (!lg) return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory for %d rows of logits", nl);
-                e->logits = lg, e->cap_logits = nl;
-            }
+             * reading it once per entry would cost a pass per sequence.
+             * (engine_reserve sized e->logits for these nl rows.) */
             latent_linear_forward(e->logits, e->xb, &e->head, nl);
             for (int en = 0, r = 0; en < n_entries; en++) {
                 latent_batch_entry *b = &entries[en];

@@ -3,6 +3,7 @@
 
 #include "hugemem.h"
 #include "kernels/kernels.h"
+#include "fault.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -121,17 +122,17 @@ static int seq_grow(latent_seq *s, int cap) {
     int newcap = s->cap_pages ? s->cap_pages : 4;
     while (newcap < cap) newcap *= 2;
     size_t P = (size_t)s->pool->page_tokens;
-    int *pages = realloc(s->pages, newcap * sizeof(int));
+    int *pages = latent_step_realloc(s->pages, newcap * sizeof(int));
     if (!pages) return -1;
     s->pages = pages;
-    int32_t *tokens = realloc(s->tokens, newcap * P * sizeof(int32_t));
+    int32_t *tokens = latent_step_realloc(s->tokens, newcap * P * sizeof(int32_t));
     if (!tokens) return -1;
     s->tokens = tokens;
-    uint8_t *flows = realloc(s->flows, newcap * P);
+    uint8_t *flows = latent_step_realloc(s->flows, newcap * P);
     if (!flows) return -1;
     s->flows = flows;
     if (s->d_state) {
-        float *snaps = realloc(s->snapshots, (size_t)newcap * s->d_state * sizeof(float));
+        float *snaps = latent_step_realloc(s->snapshots, (size_t)newcap * s->d_state * sizeof(float));
         if (!snaps) return -1;
         s->snapshots = snaps;
     }
@@ -139,16 +140,52 @@ static int seq_grow(latent_seq *s, int cap) {
     return 0;
 }
 
+/* Pages a sequence must take to hold n_total tokens: new ones, plus a copy
+ * of the page the next token lands in when a fork shares it (the sequence
+ * was truncated into it). *need gets the page count it will have. */
+static int pages_to_take(const latent_seq *s, int n_total, int *need) {
+    int P = s->pool->page_tokens;
+    *need = (n_total + P - 1) / P;
+    int cow = n_total > s->n_pos && s->n_pos % P != 0 && s->pool->refcount[s->pages[s->n_pos / P]] > 1;
+    return (*need > s->n_pages ? *need - s->n_pages : 0) + cow;
+}
+
+int latent_seq_reserve_many(latent_seq *const *seqs, const int *n_totals, int n, int max_tokens, latent_err *err) {
+    for (int i = 0; i < n; i++)
+        if (n_totals[i] > max_tokens)
+            return latent_err_set(err, LATENT_E_CONTEXT, "sequence of %d tokens exceeds the context of %d tokens",
+                                  n_totals[i], max_tokens);
+    for (int i = 0; i < n; i++) {
+        int take = 0, need, first = 1;
+        for (int j = 0; j < n; j++) {
+            if (seqs[j]->pool != seqs[i]->pool) continue;
+            if (j < i) first = 0;
+            take += pages_to_take(seqs[j], n_totals[j], &need);
+        }
+        if (first && take > seqs[i]->pool->n_free)
+            return latent_err_set(err, LATENT_E_KV_FULL, "kv pool exhausted: %d more pages needed, %d free of %d", take,
+                                  seqs[i]->pool->n_free, seqs[i]->pool->n_pages);
+    }
+    /* Grow every page table first: the only step that can fail now, and it
+     * takes no pages, so a failure leaves every sequence as it was. */
+    for (int i = 0; i < n; i++) {
+        int need;
+        pages_to_take(seqs[i], n_totals[i], &need);
+        if (seq_grow(seqs[i], need) != 0) return latent_err_set(err, LATENT_E_NOMEM, "sequence: out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        if (latent_seq_reserve(seqs[i], n_totals[i], max_tokens, err) != 0) return -1; /* cannot fail: counted and grown */
+    return 0;
+}
+
 int latent_seq_reserve(latent_seq *s, int n_total, int max_tokens, latent_err *err) {
     if (n_total > max_tokens)
         return latent_err_set(err, LATENT_E_CONTEXT, "sequence of %d tokens exceeds the context of %d tokens", n_total,
                               max_tokens);
-    int P = s->pool->page_tokens;
-    int need = (n_total + P - 1) / P;
-    /* The page the next token lands in may be shared with a fork (the
-     * sequence was truncated into it): it must be copied before writing. */
-    int cow = n_total > s->n_pos && s->n_pos % P != 0 && s->pool->refcount[s->pages[s->n_pos / P]] > 1;
-    int more = need > s->n_pages ? need - s->n_pages : 0;
+    int P = s->pool->page_tokens, need;
+    int take = pages_to_take(s, n_total, &need);
+    int cow = take - (need > s->n_pages ? need - s->n_pages : 0);
+    int more = take - cow;
     if (more + cow == 0) return 0;
     if (more + cow > s->pool->n_free)
         return latent_err_set(err, LATENT_E_KV_FULL, "kv pool exhausted: %d more pages needed, %d free of %d",

@@ -273,8 +273,7 @@ static void fail(srv_sched *s, srv_session *x, const char *msg) {
     pthread_mutex_lock(&s->mu);
     snprintf(x->err, sizeof x->err, "%.150s", msg);
     pthread_mutex_unlock(&s->mu);
-    latent_seq_free(&x->seq); /* not cached: its state may be half-written */
-    finish(s, x, SRV_FINISH_ERROR);
+    finish(s, x, SRV_FINISH_ERROR); /* a failed step left its sequence as it was: cacheable */
 }
 
 /* The leader x leaves before its followers forked: the first follower still

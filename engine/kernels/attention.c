@@ -1,5 +1,6 @@
 /* Causal GQA attention over paged KV caches. */
 #include "kernels/kernels.h"
+#include "fault.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -14,8 +15,24 @@
 #define GEMM_MIN_ROWS 4   /* shorter runs read the pages row by row */
 #define MIN_SPLIT_KEYS 32 /* fewest keys in one range of a split row */
 
-int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx) {
+struct attn_item_buf {
+    int start, len;   /* rows [start, start+len) of one sequence, consecutive positions */
+    int kvh;          /* the kv head this item serves (with all its q heads) */
+    int t0, t1;       /* keys [t0, t1) of a single-row item; t1 = 0: all up to the row */
+    int part;         /* slot for a partial result (a key range of a split row), or -1 */
+};
+typedef attn_item_buf attn_item;
+
+int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx, int rows) {
     int threads = latent_get_threads();
+    /* work items: (rows + 1) runs at most, times the kv heads, times the key
+     * ranges a single row may be split into (at most 4 per thread) */
+    size_t items = (size_t)(rows + 1) * c->n_kv_heads * 4 * threads;
+    if (items > s->items_cap) {
+        attn_item_buf *it = latent_step_realloc(s->items, items * sizeof(attn_item_buf));
+        if (!it) return -1;
+        s->items = it, s->items_cap = items;
+    }
     if (ctx <= s->ctx && threads <= s->threads) return 0;
     if (ctx < s->ctx) ctx = s->ctx;
     /* gathered K and V of one kv head, plus a block of scores (BLOCK_ROWS
@@ -26,7 +43,7 @@ int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx
     /* then 2 * ctx row pointers (8 bytes each: 4 floats per key) */
     size_t per = rowp_offset + (size_t)4 * ctx;
     per = (per + 15) / 16 * 16; /* each thread's slot 64-byte aligned */
-    float *buf = malloc(per * threads * sizeof(float));
+    float *buf = latent_step_realloc(NULL, per * threads * sizeof(float));
     if (!buf) return -1;
     free(s->buf);
     s->buf = buf, s->per_thread = per, s->threads = threads, s->ctx = ctx, s->rowp_offset = rowp_offset;
@@ -35,16 +52,11 @@ int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx
 
 void latent_attn_scratch_free(attn_scratch *s) {
     free(s->buf);
+    free(s->items);
     free(s->parts);
     memset(s, 0, sizeof *s);
 }
 
-typedef struct {
-    int start, len;   /* rows [start, start+len) of one sequence, consecutive positions */
-    int kvh;          /* the kv head this item serves (with all its q heads) */
-    int t0, t1;       /* keys [t0, t1) of a single-row item; t1 = 0: all up to the row */
-    int part;         /* slot for a partial result (a key range of a split row), or -1 */
-} attn_item;
 
 typedef struct {
     float *att;
@@ -299,7 +311,8 @@ void latent_attention_forward(float *att, const float *q, const row_meta *rows, 
     int units = singles * c->n_kv_heads, want = 4 * latent_get_threads();
     int split = units > 0 && units < want ? (want + units - 1) / units : 1;
     int max_items = (n + 1) * c->n_kv_heads * split, group = c->n_heads / c->n_kv_heads;
-    attn_item stack_items[512], *items = max_items <= 512 ? stack_items : malloc(max_items * sizeof *items);
+    /* sized by latent_attn_scratch_reserve for these rows and threads */
+    attn_item stack_items[512], *items = max_items <= 512 ? stack_items : (attn_item *)s->items;
     float *parts = NULL;
     if (split > 1) {
         size_t need = (size_t)units * split * group * (c->head_dim + 2);
@@ -337,5 +350,4 @@ void latent_attention_forward(float *att, const float *q, const row_meta *rows, 
     attn_job j = {att, q, rows, c, s, items, parts, layer, atomic_fetch_add(&job_counter, 1) + 1, 0};
     latent_parallel_for(attn_task, &j, n_items);
     if (n_parts > 0) merge_parts(&j, n_items);
-    if (items != stack_items) free(items);
 }

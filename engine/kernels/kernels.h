@@ -144,17 +144,21 @@ typedef struct row_meta {
     uint8_t flow;     /* 2 recurrent, 1 not */
 } row_meta;
 
+typedef struct attn_item_buf attn_item_buf;
 typedef struct attn_scratch {
     float *buf;       /* (threads, per_thread) */
     size_t per_thread;
     size_t rowp_offset;   /* floats into a thread's slot where its row pointers start */
     int threads, ctx; /* sized for this many threads and context length */
     float *parts;     /* partial results of rows split over key ranges */
+    struct attn_item_buf *items; size_t items_cap; /* work items of big steps */
     size_t parts_cap; /* floats */
 } attn_scratch;
 
 /* Grows the scratch for contexts up to ctx tokens; -1 when out of memory. */
-int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx);
+/* Sized for contexts up to ctx, steps of `rows` rows and the current thread
+ * count; -1 when out of memory (the scratch is then as it was, or bigger). */
+int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx, int rows);
 void latent_attn_scratch_free(attn_scratch *s);
 
 /* att (n, q_dim) = softmax(q k^T / sqrt(head_dim) + causal) v for n rows whose

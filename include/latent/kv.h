@@ -62,6 +62,10 @@ void latent_seq_free(latent_seq *s);
 /* Makes room for n_total tokens; fails, changing nothing, when the pool has
  * too few free pages or n_total exceeds `max_tokens`. */
 int latent_seq_reserve(latent_seq *s, int n_total, int max_tokens, latent_err *err);
+/* The same for several sequences at once, all or nothing: either every one
+ * gets its pages, or none changes (EKVFULL when their pools lack the pages,
+ * ECONTEXT, ENOMEM). */
+int latent_seq_reserve_many(latent_seq *const *seqs, const int *n_totals, int n, int max_tokens, latent_err *err);
 /* Keeps the first n tokens (n <= n_pos). A recurrent model's state is known
  * only at page boundaries and at n_pos, so the kept length is rounded down to
  * a page boundary unless n == n_pos; returns the length kept. */
