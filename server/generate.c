@@ -30,6 +30,7 @@ static void gen_free(srv_gen *g) {
         json_decref(ch->lp);
     }
     free(g->choices);
+    srv_buf_free(&g->events);
     for (int i = 0; g->ids && i < g->n_prompts; i++) free(g->ids[i]);
     free(g->ids);
     free(g->n_ids);
@@ -158,6 +159,23 @@ static void unlink_gen(srv_ctx *x, srv_gen *g) {
 }
 
 static void emit(srv_ctx *x, srv_gen *g);
+
+/* One SSE event for a choice with what it holds now: released text (the
+ * prompt first, when echoing) and the logprobs of the tokens since its last
+ * event; the last one carries finish_reason. Nothing when it holds nothing. */
+static void stream_choice(srv_gen *g, srv_choice *ch, srv_buf *out) {
+    int has_lp = ch->lp && json_array_size(json_object_get(ch->lp, g->chat ? "content" : "tokens")) > 0;
+    if (ch->reported || (!ch->out.len && !has_lp && !ch->done && !ch->echo_pending)) return;
+    if (ch->echo_pending && !has_lp && ch->sess && ch->sess->prompt_logprobs) return; /* wait for the prompt's logprobs */
+    srv_buf text = {0};
+    if (ch->echo_pending) srv_resp_echo_text(g, ch, &text), ch->echo_pending = 0;
+    srv_buf_append(&text, ch->out.p, ch->out.len);
+    srv_buf_reset(&ch->out);
+    if (ch->done && g->err.kind == SRV_ERR_NONE) ch->reported = 1;
+    if (text.len || has_lp || ch->reported) srv_resp_chunk(g, ch, text.p, text.len, 0, ch->reported, out);
+    if (text.oom) out->oom = 1;
+    srv_buf_free(&text);
+}
 
 void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
     srv_error e = {0};
@@ -296,19 +314,22 @@ static void emit(srv_ctx *x, srv_gen *g) {
         }
         return;
     }
-    srv_buf out = {0};
-    for (int i = 0; i < g->n_choices; i++) {
-        srv_choice *ch = &g->choices[i];
-        int has_lp = ch->lp && json_array_size(json_object_get(ch->lp, g->chat ? "content" : "tokens")) > 0;
-        if (ch->reported || (!ch->out.len && !has_lp && !ch->done && !ch->echo_pending)) continue;
-        if (ch->echo_pending && !has_lp && ch->sess && ch->sess->prompt_logprobs) continue; /* wait for the prompt's logprobs */
-        srv_buf text = {0};
-        if (ch->echo_pending) srv_resp_echo_text(g, ch, &text), ch->echo_pending = 0;
-        srv_buf_append(&text, ch->out.p, ch->out.len);
-        srv_buf_reset(&ch->out);
-        if (ch->done && g->err.kind == SRV_ERR_NONE) ch->reported = 1;
-        if (text.len || has_lp || ch->reported) srv_resp_chunk(g, ch, text.p, text.len, 0, ch->reported, &out);
-        srv_buf_free(&text);
+    /* the events built token by token first, then what the choices still hold */
+    srv_buf out = g->events;
+    memset(&g->events, 0, sizeof g->events);
+    for (int i = 0; i < g->n_choices; i++) stream_choice(g, &g->choices[i], &out);
+    if (out.oom) {
+        /* Out of memory building this stream's events: end it with an error
+         * event (a static one, needing no allocation); the others go on. */
+        static const char oom[] = "data: {\"error\":{\"message\":\"out of memory building the stream\",\"type\":"
+                                  "\"server_error\",\"param\":null,\"code\":\"internal_error\"}}\n\ndata: [DONE]\n\n";
+        srv_buf_free(&out);
+        srv_log(SRV_LOG_ERROR, "%s: out of memory building stream events; ending the stream", g->id);
+        for (int i = 0; i < g->n_choices; i++) choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED);
+        g->complete = 1;
+        srv_conn_write(g->conn, oom, sizeof oom - 1);
+        srv_conn_end(g->conn);
+        return;
     }
     if (g->n_done == g->n_choices) {
         if (g->err.kind != SRV_ERR_NONE) {
@@ -357,7 +378,7 @@ static void take_session(srv_ctx *x, srv_session *s) {
         double w = srv_sched_admitted_at(x->sched, s);
         if (w >= 0) srv_metrics_observe(&x->metrics, SRV_H_QUEUE, w);
     }
-    char raw[512];
+    char raw[256], *bytes = raw;
     for (int i = 0; i < n && !ch->done; i++) {
         const srv_event *e = &ev[i];
         if (e->kind == SRV_EV_PROMPT) {
@@ -375,8 +396,22 @@ static void take_session(srv_ctx *x, srv_session *s) {
         if (e->kind == SRV_EV_EOS) continue; /* ends the text; fin says STOP */
         srv_resp_logprobs_add(g, ch, e);
         int nb = latent_tokenizer_token_bytes(x->model.tok, e->token, raw, sizeof raw);
-        if (nb > (int)sizeof raw) nb = (int)sizeof raw;
-        if (nb > 0 && srv_text_feed(&ch->text, raw, (size_t)nb, &ch->out)) choice_done(x, ch, SRV_FINISH_STOP);
+        if (nb > (int)sizeof raw) { /* a token longer than the buffer: its whole bytes, never a cut */
+            bytes = malloc((size_t)nb);
+            if (!bytes || latent_tokenizer_token_bytes(x->model.tok, e->token, bytes, nb) != nb) {
+                free(bytes);
+                bytes = raw;
+                srv_error_set(&g->err, SRV_ERR_INTERNAL, NULL, "out of memory decoding a token of %d bytes", nb);
+                choice_done(x, ch, SRV_FINISH_ERROR);
+                break;
+            }
+        }
+        if (nb > 0 && srv_text_feed(&ch->text, bytes, (size_t)nb, &ch->out)) choice_done(x, ch, SRV_FINISH_STOP);
+        if (bytes != raw) free(bytes), bytes = raw;
+        /* Streams get one event per token: whatever this token released
+         * (held-back UTF-8 or stop-string text goes with the token that
+         * releases it) and exactly its logprob entry. */
+        if (g->req.stream && !ch->done) stream_choice(g, ch, &g->events);
     }
     if (!ch->done && fin != SRV_FINISH_NONE) {
         if (fin == SRV_FINISH_ERROR || fin == SRV_FINISH_CANCELLED) {

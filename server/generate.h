@@ -49,6 +49,7 @@ struct srv_gen {
     srv_error err;            /* err.kind != NONE: the request ended in this error */
     int aborted;
     int dirty;
+    srv_buf events;           /* streaming: SSE events built token by token, not yet written */
     double t_start;
     srv_gen *prev, *next;
 };
