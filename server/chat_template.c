@@ -101,9 +101,13 @@ int srv_tmpl_load(srv_chat_template *t, const char *dir, const char *name, laten
         if (kind_from_name(name, &k) != 0) {
             rc = latent_err_set(err, LATENT_E_FORMAT, "--chat-template must be chatml, llama3 or plain (got '%s')", name);
         } else {
-            srv_chat_template found;
-            if (jinja && srv_tmpl_detect(&found, jinja, NULL) == 0 && found.kind == k) *t = found;
-            else set_kind(t, k);
+            srv_chat_template found = {0};
+            if (jinja && srv_tmpl_detect(&found, jinja, NULL) == 0 && found.kind == k) {
+                *t = found;
+            } else { /* another kind than the one asked for: its default system prompt is not used */
+                srv_tmpl_free(&found);
+                set_kind(t, k);
+            }
         }
     } else {
         rc = srv_tmpl_detect(t, jinja, err);

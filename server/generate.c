@@ -38,7 +38,10 @@ static void gen_free(srv_gen *g) {
     free(g);
 }
 
-/* Tokenizes prompt i (text, ids or the rendered chat) into g->ids[i]. */
+/* Tokenizes prompt i (text, ids or the rendered chat) into g->ids[i], in
+ * one pass: byte-level BPE gives at most one id per byte, so len + 1 ids
+ * always suffice (a second pass only if a tokenizer ever needed more).
+ * Pure: runs on the thread pool for big prompts. */
 static int tokenize(srv_ctx *x, srv_gen *g, int i, srv_error *e) {
     const char *text;
     size_t len;
@@ -57,13 +60,38 @@ static int tokenize(srv_ctx *x, srv_gen *g, int i, srv_error *e) {
     } else {
         text = g->req.prompts[i].text, len = g->req.prompts[i].len;
     }
-    int n = latent_tokenizer_encode(x->model.tok, text, len, NULL, 0);
-    if (n >= 0 && (g->ids[i] = malloc(((size_t)n + 1) * sizeof(int32_t))))
-        n = latent_tokenizer_encode(x->model.tok, text, len, g->ids[i], n);
+    int cap = len + 1 < (size_t)INT32_MAX ? (int)len + 1 : INT32_MAX;
+    int n = -1;
+    if ((g->ids[i] = malloc((size_t)cap * sizeof(int32_t)))) {
+        n = latent_tokenizer_encode(x->model.tok, text, len, g->ids[i], cap);
+        if (n > cap) {
+            int32_t *more = realloc(g->ids[i], ((size_t)n + 1) * sizeof(int32_t));
+            n = more ? latent_tokenizer_encode(x->model.tok, text, len, more, n + 1) : -1;
+            if (more) g->ids[i] = more;
+        }
+    }
     free(rendered);
     if (n < 0 || !g->ids[i]) return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "cannot tokenize the prompt");
     g->n_ids[i] = n;
     return 0;
+}
+
+static int tokenize_all(srv_ctx *x, srv_gen *g, srv_error *e) {
+    for (int i = 0; i < g->n_prompts; i++)
+        if (tokenize(x, g, i, e) != 0) return -1;
+    return 0;
+}
+
+/* Bytes of text the prompts hold (what tokenizing them costs). */
+static size_t prompt_bytes(const srv_gen *g) {
+    size_t n = 0;
+    if (g->chat) {
+        for (int i = 0; i < g->req.n_messages; i++) n += g->req.messages[i].len;
+        return n;
+    }
+    for (int i = 0; i < g->n_prompts; i++)
+        if (g->req.prompts[i].n_ids < 0) n += g->req.prompts[i].len;
+    return n;
 }
 
 /* The generation length of prompt i: the request's max_tokens (checked
@@ -177,15 +205,64 @@ static void stream_choice(srv_gen *g, srv_choice *ch, srv_buf *out) {
     srv_buf_free(&text);
 }
 
-void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
-    srv_error e = {0};
-    if (!x->ready) {
-        srv_error_set(&e, SRV_ERR_NOT_READY, NULL, "the model is still loading");
-        reply_error(x, c, &e);
+/* Prompts this large are tokenized on libuv's thread pool: the loop thread
+ * serves every other stream meanwhile (a 4 MiB prompt takes about a second). */
+#define ASYNC_TOKENIZE_BYTES (16 * 1024)
+
+static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e);
+
+/* Ends a request that failed before generating: the error reply now; the
+ * connection's close frees g (it is linked and attached from the start). */
+static void fail_request(srv_ctx *x, srv_gen *g, const srv_error *e) {
+    g->failed = 1;
+    g->complete = 1;
+    for (int i = 0; i < g->n_choices; i++) choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED); /* what was submitted */
+    reply_error(x, g->conn, e);
+}
+
+static void tokenize_work(uv_work_t *w) {
+    srv_gen *g = w->data;
+    g->tok_rc = tokenize_all(g->x, g, &g->tok_err);
+}
+
+static void tokenize_done(uv_work_t *w, int status) {
+    srv_gen *g = w->data;
+    g->tok_state = TOK_DONE;
+    if (g->close_pending) { /* the client left and the connection closed meanwhile */
+        gen_free(g);
         return;
     }
-    if (x->draining) {
-        srv_error_set(&e, SRV_ERR_DRAINING, NULL, "the server is shutting down");
+    if (status != 0 && g->tok_rc == 0) g->tok_rc = -1, srv_error_set(&g->tok_err, SRV_ERR_INTERNAL, NULL, "tokenization cancelled");
+    srv_conn_wake(g->conn); /* on_request runs again: srv_gen_resume goes on */
+}
+
+/* Checks the request and allocates what it needs; -1 with *e set. */
+static int prepare(srv_ctx *x, srv_gen *g, srv_error *e) {
+    size_t len;
+    const char *body = srv_conn_body(g->conn, &len);
+    srv_req_limits lim = {.vocab = x->model.cfg.vocab};
+    if (srv_req_parse(&g->req, g->chat ? SRV_API_CHAT : SRV_API_COMPLETIONS, body, len, &lim, e) != 0) return -1;
+    if (g->req.model && strcmp(g->req.model, x->served_name) != 0)
+        return srv_error_set(e, SRV_ERR_MODEL_NOT_FOUND, "model", "The model '%.200s' does not exist (this server serves '%.200s')",
+                             g->req.model, x->served_name);
+    int n = g->req.n, cap = x->cfg.max_sessions + x->cfg.queue_len;
+    g->n_prompts = g->chat ? 1 : g->req.n_prompts;
+    long total = (long)g->n_prompts * n;
+    if (n > x->cfg.max_sessions || total > cap)
+        return srv_error_set(e, SRV_ERR_INVALID_FIELD, "n", "%ld sequences (%d prompt(s) x n=%d) exceed what this server runs at once (%d)",
+                             total, g->n_prompts, n, n > x->cfg.max_sessions ? x->cfg.max_sessions : cap);
+    g->ids = calloc(g->n_prompts, sizeof *g->ids);
+    g->n_ids = calloc(g->n_prompts, sizeof *g->n_ids);
+    g->choices = calloc(total, sizeof *g->choices);
+    if (!g->ids || !g->n_ids || !g->choices) return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "out of memory");
+    return 0;
+}
+
+void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
+    srv_error e = {0};
+    if (!x->ready || x->draining) {
+        if (!x->ready) srv_error_set(&e, SRV_ERR_NOT_READY, NULL, "the model is still loading");
+        else srv_error_set(&e, SRV_ERR_DRAINING, NULL, "the server is shutting down");
         reply_error(x, c, &e);
         return;
     }
@@ -198,109 +275,86 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
     g->x = x, g->conn = c, g->chat = chat, g->t_start = srv_conn_started(c);
     g->created = (long long)time(NULL);
     snprintf(g->id, sizeof g->id, "%s-%016llx%s", chat ? "chatcmpl" : "cmpl", (unsigned long long)random_seed(), srv_conn_id(c));
-    size_t len;
-    const char *body = srv_conn_body(c, &len);
-    srv_req_limits lim = {.vocab = x->model.cfg.vocab};
-    if (srv_req_parse(&g->req, chat ? SRV_API_CHAT : SRV_API_COMPLETIONS, body, len, &lim, &e) != 0) goto fail;
-    if (g->req.model && strcmp(g->req.model, x->served_name) != 0) {
-        srv_error_set(&e, SRV_ERR_MODEL_NOT_FOUND, "model", "The model '%.200s' does not exist (this server serves '%.200s')",
-                      g->req.model, x->served_name);
-        goto fail;
-    }
-    int n = g->req.n, prompt_lp = !chat && g->req.echo && g->req.logprobs;
-    g->n_prompts = chat ? 1 : g->req.n_prompts;
-    long total = (long)g->n_prompts * n;
-    if (n > x->cfg.max_sessions || total > x->cfg.max_sessions + x->cfg.queue_len) {
-        srv_error_set(&e, SRV_ERR_INVALID_FIELD, "n", "%ld sequences (%d prompt(s) x n=%d) exceed what this server runs at once (%d)",
-                      total, g->n_prompts, n, n > x->cfg.max_sessions ? x->cfg.max_sessions : x->cfg.max_sessions + x->cfg.queue_len);
-        goto fail;
-    }
-    g->ids = calloc(g->n_prompts, sizeof *g->ids);
-    g->n_ids = calloc(g->n_prompts, sizeof *g->n_ids);
-    g->choices = calloc(total, sizeof *g->choices);
-    int *mt = calloc(g->n_prompts, sizeof *mt);
-    if (!g->ids || !g->n_ids || !g->choices || !mt) {
-        free(mt);
-        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < g->n_prompts; i++) {
-        if (tokenize(x, g, i, &e) != 0 || plan_length(x, g, i, prompt_lp ? 1 : n, &mt[i], &e) != 0) {
-            free(mt);
-            goto fail;
+    link_gen(x, g);
+    srv_conn_set_data(c, g);
+    if (prepare(x, g, &e) != 0) return fail_request(x, g, &e);
+    if (prompt_bytes(g) > ASYNC_TOKENIZE_BYTES) {
+        g->tok_state = TOK_RUNNING;
+        g->tok_work.data = g;
+        if (uv_queue_work(x->loop, &g->tok_work, tokenize_work, tokenize_done) == 0) {
+            srv_conn_suspend(c);
+            return;
         }
+        g->tok_state = TOK_NONE; /* cannot queue: tokenize here */
+    }
+    if (tokenize_all(x, g, &e) != 0 || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
+}
+
+/* Lengths, sessions (choices 2..n of a prompt fork its state), submission,
+ * then the stream's start or a wait for the whole body. */
+static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e) {
+    int n = g->req.n, prompt_lp = !g->chat && g->req.echo && g->req.logprobs;
+    int mt[g->n_prompts];
+    for (int i = 0; i < g->n_prompts; i++) {
+        if (plan_length(x, g, i, prompt_lp ? 1 : n, &mt[i], e) != 0) return -1;
         g->prompt_tokens += g->n_ids[i];
     }
     uint64_t seed = g->req.has_seed ? g->req.seed : random_seed();
-    g->n_choices = (int)total;
+    g->n_choices = g->n_prompts * n;
     for (int i = 0; i < g->n_choices; i++) {
         srv_choice *ch = &g->choices[i];
         ch->g = g, ch->index = i, ch->prompt_index = i / n;
         srv_text_init(&ch->text, g->req.stop, g->req.stop_len, g->req.n_stop);
-        ch->echo_pending = !chat && g->req.echo;
-        if (g->req.logprobs) ch->lp = srv_resp_logprobs_new(chat);
+        ch->echo_pending = !g->chat && g->req.echo;
+        if (g->req.logprobs) ch->lp = srv_resp_logprobs_new(g->chat);
     }
-    /* Sessions, grouped per prompt so choices 2..n fork the prompt state. */
-    int failed = 0;
-    for (int p = 0; p < g->n_prompts && !failed; p++) {
+    for (int p = 0; p < g->n_prompts; p++) {
         if (mt[p] == 0 && !prompt_lp) {
             for (int k = 0; k < n; k++) choice_done(x, &g->choices[p * n + k], SRV_FINISH_LENGTH);
             continue;
         }
         for (int k = 0; k < n; k++) {
             srv_choice *ch = &g->choices[p * n + k];
-            if (!(ch->sess = make_session(x, g, ch, mt[p], seed))) failed = 1;
+            if (!(ch->sess = make_session(x, g, ch, mt[p], seed))) return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "out of memory");
         }
-        if (failed || prompt_lp || n == 1) continue;
+        if (prompt_lp || n == 1) continue;
         srv_session *lead = g->choices[p * n].sess;
-        if (!(lead->followers = malloc((size_t)(n - 1) * sizeof *lead->followers))) {
-            failed = 1;
-            continue;
-        }
+        if (!(lead->followers = malloc((size_t)(n - 1) * sizeof *lead->followers)))
+            return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "out of memory");
         for (int k = 1; k < n; k++) {
             srv_session *f = g->choices[p * n + k].sess;
             f->leader = lead;
             lead->followers[lead->n_followers++] = f;
         }
     }
-    free(mt);
-    if (failed) {
-        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory");
-        goto fail;
-    }
     for (int i = 0; i < g->n_choices; i++) {
         srv_session *s = g->choices[i].sess;
         if (!s || s->leader) continue;
         if (srv_sched_submit(x->sched, s) != 0) {
             srv_metrics_add(&x->metrics, SRV_C_REJECTED, 1);
-            srv_error_set(&e, SRV_ERR_OVERLOADED, NULL, "the server is at capacity (%d sequences running or queued); retry later",
-                          x->cfg.max_sessions + x->cfg.queue_len);
-            goto fail; /* gen_free cancels what was submitted */
+            return srv_error_set(e, SRV_ERR_OVERLOADED, NULL, "the server is at capacity (%d sequences running or queued); retry later",
+                                 x->cfg.max_sessions + x->cfg.queue_len); /* gen_free cancels what was submitted */
         }
     }
     srv_metrics_add(&x->metrics, SRV_C_PROMPT_TOKENS, (uint64_t)g->prompt_tokens);
-    link_gen(x, g);
-    srv_conn_set_data(c, g);
+    g->started = 1;
     if (g->req.stream) {
-        srv_conn_stream_start(c, 200, "text/event-stream");
-        if (chat) { /* the first chunk of each choice carries the role */
+        srv_conn_stream_start(g->conn, 200, "text/event-stream");
+        if (g->chat) { /* the first chunk of each choice carries the role */
             srv_buf out = {0};
             for (int i = 0; i < g->n_choices; i++) srv_resp_chunk(g, &g->choices[i], "", 0, 1, 0, &out);
-            srv_conn_write(c, out.p, out.len);
+            srv_conn_write(g->conn, out.p, out.len);
             srv_buf_free(&out);
         }
         emit(x, g);
     } else if (g->n_done == g->n_choices) {
         g->complete = 1;
-        srv_gen_resume(x, c, g);
+        srv_gen_resume(x, g->conn, g);
     } else {
-        srv_conn_suspend(c);
+        srv_conn_suspend(g->conn);
     }
     g->dirty = 0;
-    return;
-fail:
-    reply_error(x, c, &e);
-    gen_free(g);
+    return 0;
 }
 
 /* Writes what the choices have for a stream; finishes a complete request. */
@@ -348,6 +402,24 @@ static void emit(srv_ctx *x, srv_gen *g) {
 }
 
 void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g) {
+    if (g->tok_state == TOK_RUNNING) {
+        if (g->err.kind != SRV_ERR_NONE) { /* drained while tokenizing */
+            g->complete = 1;
+            reply_error(x, c, &g->err);
+            return;
+        }
+        srv_conn_suspend(c);
+        return;
+    }
+    if (g->tok_state == TOK_DONE && !g->started && !g->failed) {
+        g->tok_state = TOK_NONE;
+        srv_error e = {0};
+        if (g->err.kind != SRV_ERR_NONE) e = g->err;
+        else if (g->tok_rc != 0) e = g->tok_err;
+        if (e.kind != SRV_ERR_NONE || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
+        return;
+    }
+    if (g->failed) return;
     if (!g->complete) {
         srv_conn_suspend(c); /* woken early: keep waiting */
         return;
@@ -478,12 +550,16 @@ void srv_gen_abort(srv_ctx *x, srv_gen *g) {
 }
 
 void srv_gen_close(srv_ctx *x, srv_gen *g) {
-    if (!g->aborted) {
+    if (!g->aborted && !g->failed) {
         int tokens = 0;
         for (int i = 0; i < g->n_choices; i++) tokens += g->choices[i].n_tokens;
         srv_metrics_add(&x->metrics, SRV_C_COMPLETION_TOKENS, (uint64_t)tokens);
         srv_metrics_observe(&x->metrics, SRV_H_E2E, srv_now() - g->t_start);
     }
     unlink_gen(x, g);
+    if (g->tok_state == TOK_RUNNING) { /* the thread pool still writes g: tokenize_done frees it */
+        g->close_pending = 1;
+        return;
+    }
     gen_free(g);
 }
