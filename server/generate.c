@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "latent/tokenizer.h"
@@ -80,18 +83,6 @@ static int tokenize_all(srv_ctx *x, srv_gen *g, srv_error *e) {
     for (int i = 0; i < g->n_prompts; i++)
         if (tokenize(x, g, i, e) != 0) return -1;
     return 0;
-}
-
-/* Bytes of text the prompts hold (what tokenizing them costs). */
-static size_t prompt_bytes(const srv_gen *g) {
-    size_t n = 0;
-    if (g->chat) {
-        for (int i = 0; i < g->req.n_messages; i++) n += g->req.messages[i].len;
-        return n;
-    }
-    for (int i = 0; i < g->n_prompts; i++)
-        if (g->req.prompts[i].n_ids < 0) n += g->req.prompts[i].len;
-    return n;
 }
 
 /* The generation length of prompt i: the request's max_tokens (checked
@@ -205,9 +196,12 @@ static void stream_choice(srv_gen *g, srv_choice *ch, srv_buf *out) {
     srv_buf_free(&text);
 }
 
-/* Prompts this large are tokenized on libuv's thread pool: the loop thread
- * serves every other stream meanwhile (a 4 MiB prompt takes about a second). */
-#define ASYNC_TOKENIZE_BYTES (16 * 1024)
+/* Bodies this large are parsed and their prompts tokenized on libuv's
+ * thread pool, at low priority: the loop thread serves every other stream
+ * meanwhile, and the engine's threads keep the cores (a 4 MiB prompt takes
+ * 0.3 s of CPU to tokenize, and 2 cores have none to spare while decoding). */
+#define ASYNC_BODY_BYTES (16 * 1024)
+#define BIG_REQUEST_NICE 19
 
 static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e);
 
@@ -220,9 +214,16 @@ static void fail_request(srv_ctx *x, srv_gen *g, const srv_error *e) {
     reply_error(x, g->conn, e);
 }
 
+static int prepare(srv_ctx *x, srv_gen *g, srv_error *e);
+
 static void tokenize_work(uv_work_t *w) {
+    static __thread int reniced;
+    if (!reniced) { /* this pool thread runs only big requests' parsing from now on */
+        reniced = 1;
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), BIG_REQUEST_NICE);
+    }
     srv_gen *g = w->data;
-    g->tok_rc = tokenize_all(g->x, g, &g->tok_err);
+    g->tok_rc = prepare(g->x, g, &g->tok_err) != 0 || tokenize_all(g->x, g, &g->tok_err) != 0 ? -1 : 0;
 }
 
 static void tokenize_done(uv_work_t *w, int status) {
@@ -277,17 +278,18 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
     snprintf(g->id, sizeof g->id, "%s-%016llx%s", chat ? "chatcmpl" : "cmpl", (unsigned long long)random_seed(), srv_conn_id(c));
     link_gen(x, g);
     srv_conn_set_data(c, g);
-    if (prepare(x, g, &e) != 0) return fail_request(x, g, &e);
-    if (prompt_bytes(g) > ASYNC_TOKENIZE_BYTES) {
+    size_t body_len;
+    srv_conn_body(c, &body_len);
+    if (body_len > ASYNC_BODY_BYTES) {
         g->tok_state = TOK_RUNNING;
         g->tok_work.data = g;
         if (uv_queue_work(x->loop, &g->tok_work, tokenize_work, tokenize_done) == 0) {
             srv_conn_suspend(c);
             return;
         }
-        g->tok_state = TOK_NONE; /* cannot queue: tokenize here */
+        g->tok_state = TOK_NONE; /* cannot queue: do it here */
     }
-    if (tokenize_all(x, g, &e) != 0 || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
+    if (prepare(x, g, &e) != 0 || tokenize_all(x, g, &e) != 0 || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
 }
 
 /* Lengths, sessions (choices 2..n of a prompt fork its state), submission,
