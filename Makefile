@@ -51,7 +51,7 @@ TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 # Keep object files of pattern chains (tests) instead of deleting them as intermediates.
 .SECONDARY:
 
-.PHONY: all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz
+.PHONY: docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz
 
 all: $(BUILD)/latent $(UNIT_BIN) $(BUILD)/latentd $(BUILD)/latent-bench
 
@@ -142,6 +142,12 @@ build/fuzz/fuzz_request: $(FUZZ_SRC) $(wildcard server/*.h) | $(DEPS_STAMP)
 	clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -Iengine -Iserver \
 	    $(shell pkg-config --cflags jansson 2>/dev/null) -o $@ $(FUZZ_SRC) $(shell pkg-config --libs jansson 2>/dev/null) -lm -lpthread
 fuzz: build/fuzz/fuzz_request
+
+# Rewrites docs/deployment.md's table of every latentd setting from the binary.
+docs-settings: $(BUILD)/latentd
+	@{ sed '/<!-- settings:end -->/,$$d; /<!-- settings:begin -->/q' docs/deployment.md; \
+	   tests/settings_markdown.sh $(BUILD)/latentd; echo '<!-- settings:end -->'; \
+	   sed '1,/<!-- settings:end -->/d' docs/deployment.md; } > docs/deployment.md.new && mv docs/deployment.md.new docs/deployment.md
 
 bench: all
 	$(BUILD)/latent bench
