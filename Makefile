@@ -33,17 +33,21 @@ endif
 PKGS_ENGINE := jansson openblas
 PKGS_SERVER := jansson openblas libmicrohttpd libuv
 # Recursive (=) so pkg-config runs after the deps step has installed things.
-OPT      ?= -O2 -march=native
-CFLAGS_ALL = -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Iinclude -MMD -MP -fopenmp-simd \
+# The x86-64 baseline: kernels for newer instruction sets carry their own
+# target attributes and are chosen at run time (engine/kernels/isa.c), so a
+# binary built on one machine runs right on any other.
+OPT      ?= -O2
+CFLAGS_ALL = -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Iinclude -Iengine -MMD -MP -fopenmp-simd \
              $(SANFLAGS) $(shell pkg-config --cflags $(PKGS_ENGINE) 2>/dev/null) $(CFLAGS)
 LIBS_ENGINE = $(shell pkg-config --libs $(PKGS_ENGINE) 2>/dev/null) -lm -lpthread
 LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
 
-ENGINE_SRC := $(wildcard engine/*.c)
+ENGINE_SRC := $(wildcard engine/*.c engine/kernels/*.c engine/train/*.c)
 ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_SRC    := $(wildcard engine/cli/*.c)
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+UNIT_SUPPORT_OBJ := $(BUILD)/obj/tests/unit/ref_ops.o
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 ENGINE_LIB := $(BUILD)/libengine.a
 DEPS_STAMP := build/.deps-$(shell echo $(DEB_BUILD) | md5sum | cut -c1-8)
@@ -52,7 +56,7 @@ TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 # Keep object files of pattern chains (tests) instead of deleting them as intermediates.
 .SECONDARY:
 
-.PHONY: all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz
+.PHONY: docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz
 
 all: $(BUILD)/latent $(UNIT_BIN) $(BUILD)/latentd $(BUILD)/latent-bench
 
@@ -93,7 +97,7 @@ $(ENGINE_LIB): $(ENGINE_OBJ)
 $(BUILD)/latent: $(CLI_OBJ) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ENGINE)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(ENGINE_LIB)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ENGINE)
 
@@ -146,14 +150,14 @@ FUZZ_SECONDS ?= 20
 FUZZ_NAMES   := request tokenizer safetensors config
 FUZZ_BIN     := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
 FUZZ_SRC_request     := tests/fuzz/fuzz_request.c server/openai_request.c server/chat_template.c server/errors.c \
-                        server/buf.c server/textstream.c engine/sampler.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
+                        server/buf.c server/textstream.c engine/sampler.c engine/rng.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
 FUZZ_SRC_tokenizer   := tests/fuzz/fuzz_tokenizer.c engine/tokenizer.c engine/unicode_tables.c engine/error.c
 FUZZ_SRC_safetensors := tests/fuzz/fuzz_safetensors.c engine/safetensors.c engine/model_load.c engine/weights.c \
                         engine/config.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
 FUZZ_SRC_config      := tests/fuzz/fuzz_config.c engine/config.c engine/weights.c engine/safetensors.c engine/error.c
 define FUZZ_LINK
 @mkdir -p $(dir $@)
-clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -Iserver \
+clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -Iengine -Iserver \
     $(shell pkg-config --cflags jansson 2>/dev/null) -o $@ $(filter %.c,$^) $(shell pkg-config --libs jansson 2>/dev/null) -lm -lpthread
 endef
 
@@ -167,6 +171,12 @@ build/fuzz/fuzz_config: $(FUZZ_SRC_config) $(wildcard include/latent/*.h engine/
 	$(FUZZ_LINK)
 fuzz: $(FUZZ_BIN)
 	@LATENT_ROOT=$(CURDIR) LATENT_FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/integration/fuzz.sh
+
+# Rewrites docs/deployment.md's table of every latentd setting from the binary.
+docs-settings: $(BUILD)/latentd
+	@{ sed '/<!-- settings:end -->/,$$d; /<!-- settings:begin -->/q' docs/deployment.md; \
+	   tests/settings_markdown.sh $(BUILD)/latentd; echo '<!-- settings:end -->'; \
+	   sed '1,/<!-- settings:end -->/d' docs/deployment.md; } > docs/deployment.md.new && mv docs/deployment.md.new docs/deployment.md
 
 bench: all
 	$(BUILD)/latent bench

@@ -42,7 +42,7 @@ typedef struct cfg_ctx {
 static int cfg_bad(const cfg_ctx *c, const char *field, const char *what, const json_t *v) {
     char found[64];
     cfg_describe(v, found, sizeof found);
-    return latent_err_set(c->err, "%s: \"%s%s\" must be %s (found %s)", c->origin, c->prefix,
+    return latent_err_set(c->err, LATENT_E_FORMAT, "%s: \"%s%s\" must be %s (found %s)", c->origin, c->prefix,
                           field, what, found);
 }
 
@@ -52,7 +52,7 @@ static int cfg_int(const cfg_ctx *c, const json_t *obj, const char *field, int r
     const json_t *v = json_object_get(obj, field);
     if (!v || json_is_null(v)) {
         if (required)
-            return latent_err_set(c->err, "%s: \"%s%s\" is missing (%s)", c->origin, c->prefix,
+            return latent_err_set(c->err, LATENT_E_FORMAT, "%s: \"%s%s\" is missing (%s)", c->origin, c->prefix,
                                   field, what);
         *out = dflt;
         return 0;
@@ -149,8 +149,7 @@ static int cfg_parse_recurrence(const char *origin, const json_t *r, latent_conf
 static int cfg_refuse_unsupported(const cfg_ctx *c, const json_t *root) {
     const json_t *v;
     if ((v = json_object_get(root, "rope_scaling")) && !json_is_null(v))
-        return latent_err_set(c->err,
-                              "%s: \"rope_scaling\" is not supported (found %s); only plain "
+        return latent_err_set(c->err, LATENT_E_UNSUPPORTED, "%s: \"rope_scaling\" is not supported (found %s); only plain "
                               "RoPE is implemented, set it to null",
                               c->origin, json_is_object(v) ? "an object" : "a non-null value");
     if ((v = json_object_get(root, "attention_bias")) && !json_is_null(v) && !json_is_false(v))
@@ -173,12 +172,12 @@ int latent_config_parse(const char *json_text, const char *origin, latent_config
     json_error_t jerr;
     json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return latent_err_set(err, "%s: not valid JSON: %s (line %d, column %d)", origin,
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", origin,
                               jerr.text, jerr.line, jerr.column);
     int rc = -1;
     cfg_ctx c = {origin, "", err};
     if (!json_is_object(root)) {
-        latent_err_set(err, "%s: the top level must be a JSON object", origin);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: the top level must be a JSON object", origin);
         goto out;
     }
     if (cfg_refuse_unsupported(&c, root) < 0) goto out;
@@ -197,8 +196,7 @@ int latent_config_parse(const char *json_text, const char *origin, latent_config
                 &cfg->max_pos) < 0)
         goto out;
     if (cfg->n_heads % cfg->n_kv_heads != 0) {
-        latent_err_set(err,
-                       "%s: \"num_attention_heads\" (%d) must be a multiple of "
+        latent_err_set(err, LATENT_E_FORMAT, "%s: \"num_attention_heads\" (%d) must be a multiple of "
                        "\"num_key_value_heads\" (%d)",
                        origin, cfg->n_heads, cfg->n_kv_heads);
         goto out;
@@ -206,15 +204,14 @@ int latent_config_parse(const char *json_text, const char *origin, latent_config
     const json_t *hd = json_object_get(root, "head_dim");
     if (!hd || json_is_null(hd)) {
         if (cfg->d % cfg->n_heads != 0) {
-            latent_err_set(err,
-                           "%s: \"hidden_size\" (%d) must be a multiple of \"num_attention_heads\" "
+            latent_err_set(err, LATENT_E_FORMAT, "%s: \"hidden_size\" (%d) must be a multiple of \"num_attention_heads\" "
                            "(%d) when \"head_dim\" is not given",
                            origin, cfg->d, cfg->n_heads);
             goto out;
         }
         cfg->head_dim = cfg->d / cfg->n_heads;
         if (cfg->head_dim > (1 << 16)) { /* the limit an explicit head_dim has (and save writes it) */
-            latent_err_set(err,
+            latent_err_set(err, LATENT_E_UNSUPPORTED,
                            "%s: \"hidden_size\" / \"num_attention_heads\" gives a head_dim of %d; at most %d "
                            "is supported",
                            origin, cfg->head_dim, 1 << 16);
@@ -226,12 +223,12 @@ int latent_config_parse(const char *json_text, const char *origin, latent_config
     }
     if (cfg->head_dim % 2 != 0) {
         /* RoPE rotates pairs (j, j + head_dim/2). */
-        latent_err_set(err, "%s: \"head_dim\" must be even for RoPE (it is %d%s)", origin,
+        latent_err_set(err, LATENT_E_FORMAT, "%s: \"head_dim\" must be even for RoPE (it is %d%s)", origin,
                        cfg->head_dim, (!hd || json_is_null(hd)) ? ", hidden_size / num_attention_heads" : "");
         goto out;
     }
     if ((long long)cfg->n_heads * cfg->head_dim > (1LL << 30)) {
-        latent_err_set(err, "%s: \"num_attention_heads\" * \"head_dim\" is too large", origin);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: \"num_attention_heads\" * \"head_dim\" is too large", origin);
         goto out;
     }
     if (cfg_float(&c, root, "rms_norm_eps", 1e-6f, 1, "a positive number", &cfg->rms_eps) < 0 ||
@@ -250,7 +247,7 @@ int latent_config_parse(const char *json_text, const char *origin, latent_config
         size_t n = json_array_size(eos);
         int max = (int)(sizeof cfg->eos_ids / sizeof cfg->eos_ids[0]);
         if ((int)n > max) {
-            latent_err_set(err, "%s: \"eos_token_id\" lists %zu ids; at most %d are supported",
+            latent_err_set(err, LATENT_E_FORMAT, "%s: \"eos_token_id\" lists %zu ids; at most %d are supported",
                            origin, n, max);
             goto out;
         }
@@ -285,7 +282,7 @@ out:
 int latent_config_load(const char *path, latent_config *cfg, latent_err *err) {
     memset(cfg, 0, sizeof *cfg);
     FILE *f = fopen(path, "rb");
-    if (!f) return latent_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return latent_err_set(err, LATENT_E_IO, "%s: cannot open: %s", path, strerror(errno));
     char *text = NULL;
     size_t len = 0, cap = 0;
     for (;;) {
@@ -293,10 +290,10 @@ int latent_config_load(const char *path, latent_config *cfg, latent_err *err) {
             size_t ncap = cap ? cap * 2 : 16384;
             if (ncap > (64u << 20)) {
                 free(text); fclose(f);
-                return latent_err_set(err, "%s: larger than 64 MiB; not a config.json", path);
+                return latent_err_set(err, LATENT_E_FORMAT, "%s: larger than 64 MiB; not a config.json", path);
             }
             char *t = realloc(text, ncap);
-            if (!t) { free(text); fclose(f); return latent_err_set(err, "%s: out of memory", path); }
+            if (!t) { free(text); fclose(f); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path); }
             text = t; cap = ncap;
         }
         size_t got = fread(text + len, 1, cap - len - 1, f);
@@ -305,11 +302,11 @@ int latent_config_load(const char *path, latent_config *cfg, latent_err *err) {
     }
     int rd_err = ferror(f);
     fclose(f);
-    if (rd_err) { free(text); return latent_err_set(err, "%s: read error", path); }
+    if (rd_err) { free(text); return latent_err_set(err, LATENT_E_FORMAT, "%s: read error", path); }
     text[len] = '\0';
     if (strlen(text) != len) {
         free(text);
-        return latent_err_set(err, "%s: not valid JSON: contains a NUL byte", path);
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: not valid JSON: contains a NUL byte", path);
     }
     int rc = latent_config_parse(text, path, cfg, err);
     free(text);
@@ -329,7 +326,7 @@ static json_t *cfg_real(float x) {
 
 int latent_config_save(const latent_config *cfg, const char *path, latent_err *err) {
     json_t *o = json_object();
-    if (!o) return latent_err_set(err, "%s: out of memory", path);
+    if (!o) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     json_object_set_new(o, "architectures", json_pack("[s]", "LlamaForCausalLM"));
     json_object_set_new(o, "model_type", json_string("llama"));
     json_object_set_new(o, "hidden_act", json_string("silu"));
@@ -382,18 +379,18 @@ int latent_config_save(const latent_config *cfg, const char *path, latent_err *e
     }
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(o);
-    if (!text) return latent_err_set(err, "%s: out of memory", path);
+    if (!text) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
 
     /* Same atomic pattern as the weights: temp file, fsync, rename. */
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 5);
-    if (!tmp) { free(text); return latent_err_set(err, "%s: out of memory", path); }
+    if (!tmp) { free(text); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path); }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
     int rc = -1;
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        latent_err_set(err, "%s: cannot create: %s", tmp, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
         goto done;
     }
     size_t n = strlen(text);
@@ -402,12 +399,12 @@ int latent_config_save(const latent_config *cfg, const char *path, latent_err *e
     int serr = errno;
     if (fclose(f) != 0) ok = 0;
     if (!ok) {
-        latent_err_set(err, "%s: write failed: %s", tmp, strerror(serr));
+        latent_err_set(err, LATENT_E_IO, "%s: write failed: %s", tmp, strerror(serr));
         remove(tmp);
         goto done;
     }
     if (rename(tmp, path) != 0) {
-        latent_err_set(err, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
         remove(tmp);
         goto done;
     }

@@ -15,8 +15,8 @@
 #include <unistd.h>
 #include <time.h>
 
-#include "attention.h"
-#include "latent/ops.h"
+#include "fault.h"
+#include "kernels/kernels.h"
 
 /* The matrices of one block, prepared for inference (see latent_linear). */
 typedef struct engine_layer {
@@ -31,6 +31,9 @@ struct latent_engine {
     latent_linear head;           /* (vocab, d) */
     latent_linear w_rec, f_rec, f_cur; /* T2MLR */
     latent_linear lrt_k, lrt_v;   /* LRT shared memory projection (shared_kv_projection) */
+    latent_linear embed_bf16;     /* (vocab, d) under bf16 when the head is not tied */
+    const latent_linear *embed_src; /* bf16 token rows (the head or embed_bf16); NULL: w->embed */
+    latent_precision precision;   /* resolved: F32 or BF16 */
     int recurrence;               /* 0: run the plain backbone (benchmark control) */
     latent_engine_stats stats;
 
@@ -81,9 +84,17 @@ static void engine_free_linears(latent_engine *e) {
     latent_linear_free(&e->f_cur);
     latent_linear_free(&e->lrt_k);
     latent_linear_free(&e->lrt_v);
+    latent_linear_free(&e->embed_bf16);
 }
 
-/* Prepares every matrix the forward multiplies by. */
+static int init_linear(const latent_engine *e, latent_linear *l, const float *w, int out_dim, int in_dim) {
+    return e->precision == LATENT_PRECISION_BF16 ? latent_linear_init_bf16(l, w, out_dim, in_dim)
+                                                 : latent_linear_init(l, w, out_dim, in_dim);
+}
+#define latent_linear_init(l, w, o, i) init_linear(e, l, w, o, i)
+
+/* Prepares every matrix the forward multiplies by; under bf16 the token
+ * embedding too (read from the tied head's panels, or its own). */
 static int engine_init_linears(latent_engine *e) {
     const latent_config *c = e->cfg;
     const latent_weights *w = &e->m->w;
@@ -107,6 +118,10 @@ static int engine_init_linears(latent_engine *e) {
     if (w->lrt_shared_k) rc |= latent_linear_init(&e->lrt_k, w->lrt_shared_k, kvd, d);
     if (w->lrt_shared_v) rc |= latent_linear_init(&e->lrt_v, w->lrt_shared_v, kvd, d);
     rc |= latent_linear_init(&e->head, w->lm_head, c->vocab, d);
+    if (e->precision == LATENT_PRECISION_BF16) {
+        if (w->lm_head == w->embed) e->embed_src = &e->head;
+        else if ((rc |= latent_linear_init(&e->embed_bf16, w->embed, c->vocab, d)) == 0) e->embed_src = &e->embed_bf16;
+    }
     if (c->rec == LATENT_REC_T2MLR) {
         rc |= latent_linear_init(&e->w_rec, w->t2mlr.w_rec, d, d);
         rc |= latent_linear_init(&e->f_rec, w->t2mlr.f_rec_w, d, 2 * d);
@@ -114,18 +129,73 @@ static int engine_init_linears(latent_engine *e) {
     }
     return rc;
 }
+#undef latent_linear_init
 
-latent_engine *latent_engine_new(const latent_model *m, latent_err *err) {
+const char *latent_precision_name(latent_precision p) {
+    return p == LATENT_PRECISION_F32 ? "f32" : p == LATENT_PRECISION_BF16 ? "bf16" : "auto";
+}
+
+int latent_precision_parse(const char *s, latent_precision *out) {
+    static const latent_precision all[] = {LATENT_PRECISION_AUTO, LATENT_PRECISION_F32, LATENT_PRECISION_BF16};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, latent_precision_name(all[i]))) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+const char *latent_kernel_path(void) { return latent_isa_name(latent_isa_active()); }
+
+latent_precision latent_precision_resolve(const latent_model *m, latent_precision p) {
+    if (p != LATENT_PRECISION_AUTO) return p;
+    return m->checkpoint_bf16 ? LATENT_PRECISION_BF16 : LATENT_PRECISION_F32;
+}
+
+int latent_kv_dtype_choose(const char *setting, latent_precision resolved, latent_kv_dtype *out) {
+    if (!strcmp(setting, "auto")) *out = resolved == LATENT_PRECISION_BF16 ? LATENT_KV_BF16 : LATENT_KV_F32;
+    else if (!strcmp(setting, "f32")) *out = LATENT_KV_F32;
+    else if (!strcmp(setting, "bf16")) *out = LATENT_KV_BF16;
+    else return -1;
+    return 0;
+}
+latent_precision latent_engine_precision(const latent_engine *e) { return e->precision; }
+
+static size_t linear_bytes(const latent_linear *l) {
+    if (!l->out_dim) return 0;
+    if (l->bf16) return latent_gemm_bf16_bytes(l->n_panels, l->in_dim);
+    if (l->packed) return latent_gemm_packed_bytes(l->n_panels, l->in_dim);
+    return (size_t)l->out_dim * l->in_dim * sizeof(float);
+}
+
+size_t latent_engine_weight_bytes(const latent_engine *e) {
+    size_t b = 0;
+    for (int l = 0; l < e->cfg->n_layers; l++) {
+        const latent_linear *ls = &e->lin[l].wq;
+        for (size_t i = 0; i < sizeof(engine_layer) / sizeof(latent_linear); i++) b += linear_bytes(&ls[i]);
+    }
+    const latent_linear *rest[] = {&e->w_rec, &e->f_rec, &e->f_cur, &e->lrt_k, &e->lrt_v, &e->embed_bf16};
+    for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) b += linear_bytes(rest[i]);
+    /* the head, and the embedding unless it is read from the head's panels */
+    b += linear_bytes(&e->head);
+    if (!e->embed_src) b += (size_t)e->cfg->vocab * e->cfg->d * sizeof(float) * (e->m->w.lm_head == e->m->w.embed && !e->head.packed ? 0 : 1);
+    return b;
+}
+
+latent_engine *latent_engine_new(const latent_model *m, latent_err *err) { return latent_engine_new_opts(m, NULL, err); }
+
+latent_engine *latent_engine_new_opts(const latent_model *m, const latent_engine_opts *o, latent_err *err) {
     latent_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        latent_err_set(err, "engine: out of memory");
+        latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory");
         return NULL;
     }
     e->m = m;
     e->cfg = &m->cfg;
     e->recurrence = 1;
+    e->precision = latent_precision_resolve(m, o ? o->precision : LATENT_PRECISION_AUTO);
     if (engine_init_linears(e) != 0) {
-        latent_err_set(err, "engine: out of memory preparing the weights for inference");
+        latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory preparing the weights for inference");
         latent_engine_free(e);
         return NULL;
     }
@@ -146,13 +216,14 @@ static size_t release_matrix(latent_linear *l, const float *keep) {
 }
 
 size_t latent_engine_release_unpacked(latent_engine *e) {
-    const float *embed = e->m->w.embed;
+    /* Under bf16 the token rows come from bf16 panels: the F32 embedding goes too. */
+    const float *embed = e->embed_src ? NULL : e->m->w.embed;
     size_t bytes = 0;
     for (int l = 0; l < e->cfg->n_layers; l++) {
         latent_linear *ls = &e->lin[l].wq;
         for (size_t i = 0; i < sizeof(engine_layer) / sizeof(latent_linear); i++) bytes += release_matrix(&ls[i], embed);
     }
-    latent_linear *rest[] = {&e->head, &e->w_rec, &e->f_rec, &e->f_cur, &e->lrt_k, &e->lrt_v};
+    latent_linear *rest[] = {&e->head, &e->w_rec, &e->f_rec, &e->f_cur, &e->lrt_k, &e->lrt_v, &e->embed_bf16};
     for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) bytes += release_matrix(rest[i], embed);
     return bytes;
 }
@@ -161,7 +232,7 @@ void latent_engine_free(latent_engine *e) {
     if (!e) return;
     engine_free_linears(e);
     free(e->slab);
-    attn_scratch_free(&e->attn);
+    latent_attn_scratch_free(&e->attn);
     free(e->rows);
     free(e->wrows);
     free(e->entry_state);
@@ -172,8 +243,10 @@ void latent_engine_free(latent_engine *e) {
 void latent_engine_set_recurrence(latent_engine *e, int enabled) { e->recurrence = enabled; }
 const latent_engine_stats *latent_engine_get_stats(const latent_engine *e) { return &e->stats; }
 
-/* Grows the scratch to hold n rows, n_entries entries and a context of ctx. */
-static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, latent_err *err) {
+/* Grows the scratch to hold n rows, n_entries entries, a context of ctx and
+ * n_logits rows of batched logits. Every allocation a step needs happens
+ * here, before it changes anything: a failure leaves only bigger buffers. */
+static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, int n_logits, latent_err *err) {
     const latent_config *c = e->cfg;
     if (n > e->cap_rows) {
         int cap = e->cap_rows ? e->cap_rows : 16;
@@ -183,11 +256,11 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, laten
         size_t per_row = 2 * d /* x, wx */ + d /* xb */ + qd + 2 * kvd + qd + 2 * f + 2 * d /* tmp */ +
                          2 * d /* tmp2, tmp3 */ + 2 * d /* mem, state_new */ + 2 * c->n_kv_heads +
                          2 * kvd + 2 * half;
-        float *slab = malloc(per_row * cap * sizeof(float));
-        row_meta *rows = malloc(cap * sizeof(row_meta)), *wrows = malloc(cap * sizeof(row_meta));
+        float *slab = latent_step_realloc(NULL, per_row * cap * sizeof(float));
+        row_meta *rows = latent_step_realloc(NULL, cap * sizeof(row_meta)), *wrows = latent_step_realloc(NULL, cap * sizeof(row_meta));
         if (!slab || !rows || !wrows) {
             free(slab), free(rows), free(wrows);
-            return latent_err_set(err, "engine: cannot allocate scratch for %d rows", n);
+            return latent_err_set(err, LATENT_E_NOMEM, "engine: cannot allocate scratch for %d rows", n);
         }
         free(e->slab), free(e->rows), free(e->wrows);
         e->slab = slab, e->rows = rows, e->wrows = wrows;
@@ -201,17 +274,25 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, laten
         e->cap_rows = cap;
     }
     if (n_entries > e->cap_entries) {
-        float *es = realloc(e->entry_state, (size_t)n_entries * c->d * sizeof(float));
-        if (!es) return latent_err_set(err, "engine: out of memory");
+        float *es = latent_step_realloc(e->entry_state, (size_t)n_entries * c->d * sizeof(float));
+        if (!es) return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory");
         e->entry_state = es;
         e->cap_entries = n_entries;
     }
-    if (ctx > e->cap_ctx) {
-        int cap = e->cap_ctx ? e->cap_ctx : 256;
-        while (cap < ctx) cap *= 2;
-        if (cap > c->max_pos) cap = c->max_pos;
-        if (attn_scratch_reserve(&e->attn, c, cap) != 0) return latent_err_set(err, "engine: out of memory for attention");
-        e->cap_ctx = cap;
+    int cap_ctx = e->cap_ctx;
+    if (ctx > cap_ctx) {
+        cap_ctx = cap_ctx ? cap_ctx : 256;
+        while (cap_ctx < ctx) cap_ctx *= 2;
+        if (cap_ctx > c->max_pos) cap_ctx = c->max_pos;
+    }
+    /* every step: the thread count may have grown since the last one */
+    if (latent_attn_scratch_reserve(&e->attn, c, cap_ctx, n) != 0)
+        return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory for attention");
+    e->cap_ctx = cap_ctx;
+    if (n_logits > e->cap_logits) {
+        float *lg = latent_step_realloc(e->logits, (size_t)n_logits * c->vocab * sizeof(float));
+        if (!lg) return latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory for %d rows of logits", n_logits);
+        e->logits = lg, e->cap_logits = n_logits;
     }
     return 0;
 }
@@ -222,7 +303,7 @@ static void lrt_shared_memory_kv(latent_engine *e, const float *mem, int n) {
     const latent_config *c = e->cfg;
     if (c->rec != LATENT_REC_LRT || !c->lrt.kv_injection || !c->lrt.shared_kv_projection) return;
     double t0 = now_seconds();
-    linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&e->lrt_k, &e->lrt_v}, 2, mem, n);
+    latent_linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&e->lrt_k, &e->lrt_v}, 2, mem, n);
     e->stats.recur_seconds += now_seconds() - t0;
 }
 
@@ -233,7 +314,7 @@ static void lrt_kv_inject(latent_engine *e, const engine_layer *E, const float *
     const latent_config *c = e->cfg;
     int kvd = latent_config_kv_dim(c), nkv = c->n_kv_heads, hd = c->head_dim;
     if (!c->lrt.shared_kv_projection)
-        linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&E->lrt_k, &E->lrt_v}, 2, mem, n);
+        latent_linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&E->lrt_k, &E->lrt_v}, 2, mem, n);
     for (int r = 0; r < n; r++) {
         const float *g = e->gate + (size_t)r * 2 * nkv;
         for (int j = 0; j < nkv; j++) {
@@ -264,13 +345,13 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
         for (size_t i = 0; i < (size_t)n * d; i++) x[i] = alpha * x[i] + gamma * mem[i];
         e->stats.recur_seconds += now_seconds() - t0;
     }
-    rmsnorm_forward(e->xb, x, L->attn_norm, n, d, c->rms_eps);
+    latent_rmsnorm_forward(e->xb, x, L->attn_norm, n, d, c->rms_eps);
     if (inject && c->lrt.kv_injection)
         /* the gates read the same normed input as q, k, v: one parallel section */
-        linear_forward_multi((float *[]){e->q, e->k, e->v, e->gate},
+        latent_linear_forward_multi((float *[]){e->q, e->k, e->v, e->gate},
                              (const latent_linear *[]){&E->wq, &E->wk, &E->wv, &E->lrt_gate}, 4, e->xb, n);
     else
-        linear_forward_multi((float *[]){e->q, e->k, e->v}, (const latent_linear *[]){&E->wq, &E->wk, &E->wv}, 3, e->xb, n);
+        latent_linear_forward_multi((float *[]){e->q, e->k, e->v}, (const latent_linear *[]){&E->wq, &E->wk, &E->wv}, 3, e->xb, n);
     if (inject && c->lrt.kv_injection) {
         double t0 = now_seconds();
         lrt_kv_inject(e, E, mem, n);
@@ -279,21 +360,21 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
     for (int r = 0; r < n; r++) {
         size_t tr = (size_t)rows[r].row * half;
         const float *cs = e->rope_cos + tr, *sn = e->rope_sin + tr;
-        rope_forward(e->q + (size_t)r * qd, c->n_heads, hd, cs, sn);
-        rope_forward(e->k + (size_t)r * kvd, c->n_kv_heads, hd, cs, sn);
+        latent_rope_forward(e->q + (size_t)r * qd, c->n_heads, hd, cs, sn);
+        latent_rope_forward(e->k + (size_t)r * kvd, c->n_kv_heads, hd, cs, sn);
         latent_kv_pool *pool = rows[r].seq->pool;
         int P = pool->page_tokens, pos = rows[r].pos, page = rows[r].seq->pages[pos / P];
-        memcpy(latent_kv_row(pool, pool->k, page, layer, pos % P), e->k + (size_t)r * kvd, kvd * sizeof(float));
-        memcpy(latent_kv_row(pool, pool->v, page, layer, pos % P), e->v + (size_t)r * kvd, kvd * sizeof(float));
+        latent_kv_store(pool, latent_kv_at(pool, pool->k, page, layer, pos % P), 0, e->k + (size_t)r * kvd, kvd);
+        latent_kv_store(pool, latent_kv_at(pool, pool->v, page, layer, pos % P), 0, e->v + (size_t)r * kvd, kvd);
     }
-    attention_forward(e->att, e->q, rows, n, layer, c, &e->attn);
-    linear_forward(e->tmp, e->att, &E->wo, n);
+    latent_attention_forward(e->att, e->q, rows, n, layer, c, &e->attn);
+    latent_linear_forward(e->tmp, e->att, &E->wo, n);
     for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
 
-    rmsnorm_forward(e->xb, x, L->mlp_norm, n, d, c->rms_eps);
-    linear_forward_multi((float *[]){e->hg, e->hu}, (const latent_linear *[]){&E->wg, &E->wu}, 2, e->xb, n);
-    swiglu_forward(e->hg, e->hg, e->hu, (size_t)n * c->ffn);
-    linear_forward(e->tmp, e->hg, &E->wd, n);
+    latent_rmsnorm_forward(e->xb, x, L->mlp_norm, n, d, c->rms_eps);
+    latent_linear_forward_multi((float *[]){e->hg, e->hu}, (const latent_linear *[]){&E->wg, &E->wu}, 2, e->xb, n);
+    latent_swiglu_forward(e->hg, e->hg, e->hu, (size_t)n * c->ffn);
+    latent_linear_forward(e->tmp, e->hg, &E->wd, n);
     for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
 }
 
@@ -305,12 +386,12 @@ static void t2mlr_fuse(latent_engine *e, float *x, const row_meta *rows, int n, 
     int d = e->cfg->d;
     float tr = tanhf(W->gamma_rec[0]), tc = tanhf(W->gamma_cur[0]);
     float *u = e->tmp2, *z = e->tmp, *gr = e->tmp3, *gc = e->xb;
-    linear_forward(u, mem, &e->w_rec, n);
+    latent_linear_forward(u, mem, &e->w_rec, n);
     for (int r = 0; r < n; r++) {
         memcpy(z + (size_t)r * 2 * d, x + (size_t)r * d, d * sizeof(float));
         memcpy(z + (size_t)r * 2 * d + d, u + (size_t)r * d, d * sizeof(float));
     }
-    linear_forward_multi((float *[]){gr, gc}, (const latent_linear *[]){&e->f_rec, &e->f_cur}, 2, z, n);
+    latent_linear_forward_multi((float *[]){gr, gc}, (const latent_linear *[]){&e->f_rec, &e->f_cur}, 2, z, n);
     for (int r = 0; r < n; r++) {
         if (rows[r].flow != 2) continue;
         float *h = x + (size_t)r * d;
@@ -393,7 +474,7 @@ static void run_wave(latent_engine *e, float *wx, const row_meta *rows, int n, i
         block_forward(e, l, wx, rows, n, e->mem);
         if (l == src) memcpy(e->state_new, wx, (size_t)n * d * sizeof(float));
     }
-    if (src < 0) rmsnorm_forward(e->state_new, wx, e->m->w.final_norm, n, d, c->rms_eps);
+    if (src < 0) latent_rmsnorm_forward(e->state_new, wx, e->m->w.final_norm, n, d, c->rms_eps);
     for (int r = 0; r < n; r++) commit_state(e, &rows[r], e->state_new + (size_t)r * d);
 }
 
@@ -421,23 +502,31 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
     int d = c->d;
     double t_start = now_seconds();
 
-    int N = 0, max_ctx = 0;
+    int N = 0, max_ctx = 0, n_logits = 0;
     for (int en = 0; en < n_entries; en++) {
         latent_batch_entry *b = &entries[en];
-        if (b->n_tokens < 1) return latent_err_set(err, "batch entry %d has no tokens", en);
+        if (b->n_tokens < 1) return latent_err_set(err, LATENT_E_INVALID, "batch entry %d has no tokens", en);
         for (int j = 0; j < en; j++)
-            if (entries[j].seq == b->seq) return latent_err_set(err, "batch entries %d and %d share a sequence", j, en);
+            if (entries[j].seq == b->seq) return latent_err_set(err, LATENT_E_INVALID, "batch entries %d and %d share a sequence", j, en);
         for (int i = 0; i < b->n_tokens; i++)
             if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab)
-                return latent_err_set(err, "token id %d is outside the vocabulary (0..%d)", b->tokens[i], c->vocab - 1);
+                return latent_err_set(err, LATENT_E_INVALID, "token id %d is outside the vocabulary (0..%d)", b->tokens[i], c->vocab - 1);
         if (b->seq->n_pos + b->n_tokens > max_ctx) max_ctx = b->seq->n_pos + b->n_tokens;
         N += b->n_tokens;
+        n_logits += b->logits == LATENT_LOGITS_ALL ? b->n_tokens : b->logits == LATENT_LOGITS_LAST ? 1 : 0;
     }
-    for (int en = 0; en < n_entries; en++) {
-        latent_batch_entry *b = &entries[en];
-        if (latent_seq_reserve(b->seq, b->seq->n_pos + b->n_tokens, c->max_pos, err) != 0) return -1;
+    if (max_ctx > c->max_pos)
+        return latent_err_set(err, LATENT_E_CONTEXT, "sequence of %d tokens exceeds the context of %d tokens", max_ctx, c->max_pos);
+    /* Every buffer first, then the pages of every entry at once: a step that
+     * fails has changed nothing (the tests inject a failure at each point). */
+    if (engine_reserve(e, N, n_entries, max_ctx, n_entries > 1 ? n_logits : 0, err) != 0) return -1;
+    {
+        latent_seq *seqs[n_entries];
+        int totals[n_entries];
+        for (int en = 0; en < n_entries; en++)
+            seqs[en] = entries[en].seq, totals[en] = entries[en].seq->n_pos + entries[en].n_tokens;
+        if (latent_seq_reserve_many(seqs, totals, n_entries, c->max_pos, err) != 0) return -1;
     }
-    if (engine_reserve(e, N, n_entries, max_ctx, err) != 0) return -1;
 
     /* Lay out the rows, embed them, and build each row's RoPE tables. */
     int start[n_entries > 0 ? n_entries : 1];
@@ -450,8 +539,9 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
         if (b->seq->d_state) memcpy(e->entry_state + (size_t)en * d, b->seq->state, d * sizeof(float));
         for (int i = 0; i < b->n_tokens; i++, r++) {
             e->rows[r] = (row_meta){.seq = b->seq, .pos = b->seq->n_pos + i, .entry = en, .row = r, .flow = flow};
-            memcpy(e->x + (size_t)r * d, w->embed + (size_t)b->tokens[i] * d, d * sizeof(float));
-            rope_tables(e->rope_cos + (size_t)r * half, e->rope_sin + (size_t)r * half, c->head_dim,
+            if (e->embed_src) latent_linear_row(e->embed_src, b->tokens[i], e->x + (size_t)r * d);
+            else memcpy(e->x + (size_t)r * d, w->embed + (size_t)b->tokens[i] * d, d * sizeof(float));
+            latent_rope_tables(e->rope_cos + (size_t)r * half, e->rope_sin + (size_t)r * half, c->head_dim,
                         e->rows[r].pos, c->rope_theta);
         }
     }
@@ -516,18 +606,14 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
             memcpy(e->wx + (size_t)nl * d, e->x + (size_t)(start[en] + i) * d, d * sizeof(float));
     }
     if (nl > 0) {
-        rmsnorm_forward(e->xb, e->wx, w->final_norm, nl, d, c->rms_eps);
+        latent_rmsnorm_forward(e->xb, e->wx, w->final_norm, nl, d, c->rms_eps);
         if (n_entries == 1) {
-            linear_forward(entries[0].out, e->xb, &e->head, nl);
+            latent_linear_forward(entries[0].out, e->xb, &e->head, nl);
         } else {
             /* One product over every row: the head is the largest matrix, and
-             * reading it once per entry would cost a pass per sequence. */
-            if (nl > e->cap_logits) {
-                float *lg = realloc(e->logits, (size_t)nl * c->vocab * sizeof(float));
-                if (!lg) return latent_err_set(err, "engine: out of memory for %d rows of logits", nl);
-                e->logits = lg, e->cap_logits = nl;
-            }
-            linear_forward(e->logits, e->xb, &e->head, nl);
+             * reading it once per entry would cost a pass per sequence.
+             * (engine_reserve sized e->logits for these nl rows.) */
+            latent_linear_forward(e->logits, e->xb, &e->head, nl);
             for (int en = 0, r = 0; en < n_entries; en++) {
                 latent_batch_entry *b = &entries[en];
                 if (b->logits == LATENT_LOGITS_NONE) continue;

@@ -16,7 +16,7 @@ static size_t huge_round(size_t bytes) {
     return (bytes + page - 1) / page * page;
 }
 
-void *huge_alloc(size_t bytes) {
+void *latent_huge_alloc(size_t bytes) {
     if (bytes == 0) bytes = 1;
     if (bytes < HUGE_PAGE) {
         /* rounding a small buffer up to a huge page would waste most of it */
@@ -39,14 +39,14 @@ void *huge_alloc(size_t bytes) {
     return p;
 }
 
-void huge_commit(void *p, size_t bytes) {
+void latent_huge_commit(void *p, size_t bytes) {
     /* volatile: the compiler may drop stores of zero to memory it knows is zero */
     volatile char *c = p;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     for (size_t i = 0; i < bytes; i += page) c[i] = 0;
 }
 
-void huge_free(void *p, size_t bytes) {
+void latent_huge_free(void *p, size_t bytes) {
     if (!p) return;
     if (bytes < HUGE_PAGE) free(p);
     else munmap(p, huge_round(bytes));

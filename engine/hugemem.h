@@ -12,11 +12,11 @@
 /* Zeroed memory of `bytes`, 64-byte aligned; from 2 MiB up it is 2 MiB
  * aligned with huge pages advised (the kernel may still use small ones).
  * NULL when out of memory. */
-void *huge_alloc(size_t bytes);
+void *latent_huge_alloc(size_t bytes);
 /* Makes the system back every page of p now (one write per small page):
  * mapped memory is otherwise committed page by page at first touch. */
-void huge_commit(void *p, size_t bytes);
-/* Frees what huge_alloc(bytes) returned (the same bytes); NULL is fine. */
-void huge_free(void *p, size_t bytes);
+void latent_huge_commit(void *p, size_t bytes);
+/* Frees what latent_huge_alloc(bytes) returned (the same bytes); NULL is fine. */
+void latent_huge_free(void *p, size_t bytes);
 
 #endif

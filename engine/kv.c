@@ -2,40 +2,71 @@
 #include "latent/kv.h"
 
 #include "hugemem.h"
+#include "kernels/kernels.h"
+#include "fault.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens) {
-    return 2 * sizeof(float) * (size_t)cfg->n_layers * page_tokens * latent_config_kv_dim(cfg);
+static int elem_bytes(latent_kv_dtype t) { return t == LATENT_KV_BF16 ? 2 : 4; }
+
+const char *latent_kv_dtype_name(latent_kv_dtype t) { return t == LATENT_KV_BF16 ? "bf16" : "f32"; }
+
+size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens, latent_kv_dtype dtype) {
+    return 2 * (size_t)elem_bytes(dtype) * cfg->n_layers * page_tokens * latent_config_kv_dim(cfg);
+}
+
+void latent_kv_store(const latent_kv_pool *p, void *row, int off, const float *src, int n) {
+    if (p->dtype == LATENT_KV_F32) {
+        memcpy((float *)row + off, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *d = (uint16_t *)row + off;
+    for (int i = 0; i < n; i++) d[i] = latent_f32_to_bf16(src[i]);
+}
+
+void latent_kv_load(const latent_kv_pool *p, const void *row, int off, float *dst, int n) {
+    if (p->dtype == LATENT_KV_F32) {
+        memcpy(dst, (const float *)row + off, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint16_t *s = (const uint16_t *)row + off;
+    for (int i = 0; i < n; i++) dst[i] = latent_bf16_to_f32(s[i]);
+}
+
+/* Bytes of one page of K (or V). */
+static size_t half_page_bytes(const latent_kv_pool *p) {
+    return (size_t)p->n_layers * p->page_tokens * p->kv_dim * p->elem_bytes;
 }
 
 int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_tokens, size_t bytes,
-                        latent_err *err) {
+                        latent_kv_dtype dtype, latent_err *err) {
     memset(p, 0, sizeof *p);
-    if (page_tokens < 1) return latent_err_set(err, "kv pool: page size must be at least 1 token");
-    size_t page_bytes = latent_kv_page_bytes(cfg, page_tokens);
+    if (page_tokens < 1) return latent_err_set(err, LATENT_E_INVALID, "kv pool: page size must be at least 1 token");
+    if (dtype != LATENT_KV_F32 && dtype != LATENT_KV_BF16) return latent_err_set(err, LATENT_E_INVALID, "kv pool: unknown dtype %d", (int)dtype);
+    p->dtype = dtype, p->elem_bytes = elem_bytes(dtype);
+    size_t page_bytes = latent_kv_page_bytes(cfg, page_tokens, dtype);
     size_t n = bytes / page_bytes;
     if (n < 1) n = 1;
-    if (n > (size_t)1 << 30) return latent_err_set(err, "kv pool: %zu pages is too many", n);
+    if (n > (size_t)1 << 30) return latent_err_set(err, LATENT_E_INVALID, "kv pool: %zu pages is too many", n);
     p->n_layers = cfg->n_layers;
     p->kv_dim = latent_config_kv_dim(cfg);
     p->page_tokens = page_tokens;
     p->n_pages = (int)n;
-    size_t floats = n * page_bytes / (2 * sizeof(float));
-    p->k = huge_alloc(floats * sizeof(float));
-    p->v = huge_alloc(floats * sizeof(float));
+    size_t half = n * page_bytes / 2;
+    p->k = latent_huge_alloc(half);
+    p->v = latent_huge_alloc(half);
     p->refcount = calloc(n, sizeof(int));
     p->free_stack = malloc(n * sizeof(int));
     if (!p->k || !p->v || !p->refcount || !p->free_stack) {
         latent_kv_pool_free(p);
-        return latent_err_set(err, "kv pool: cannot allocate %zu pages of %zu bytes", n, page_bytes);
+        return latent_err_set(err, LATENT_E_NOMEM, "kv pool: cannot allocate %zu pages of %zu bytes", n, page_bytes);
     }
     /* Commit the pool now: the memory is taken at start-up, where running out
      * is an error the caller reports, instead of page by page under the first
      * requests (each first touch a page fault inside a timed step). */
-    huge_commit(p->k, floats * sizeof(float));
-    huge_commit(p->v, floats * sizeof(float));
+    latent_huge_commit(p->k, half);
+    latent_huge_commit(p->v, half);
     /* Pop order hands out page 0 first: keeps early sequences' pages close. */
     for (int i = 0; i < p->n_pages; i++) p->free_stack[i] = p->n_pages - 1 - i;
     p->n_free = p->n_pages;
@@ -44,9 +75,9 @@ int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_to
 
 void latent_kv_pool_free(latent_kv_pool *p) {
     if (!p) return;
-    size_t bytes = (size_t)p->n_pages * p->n_layers * p->page_tokens * p->kv_dim * sizeof(float);
-    huge_free(p->k, bytes);
-    huge_free(p->v, bytes);
+    size_t bytes = (size_t)p->n_pages * half_page_bytes(p);
+    latent_huge_free(p->k, bytes);
+    latent_huge_free(p->v, bytes);
     free(p->refcount);
     free(p->free_stack);
     memset(p, 0, sizeof *p);
@@ -69,7 +100,7 @@ int latent_seq_init(latent_seq *s, latent_kv_pool *pool, const latent_config *cf
     s->d_state = cfg->rec == LATENT_REC_NONE ? 0 : cfg->d;
     if (s->d_state) {
         s->state = calloc(s->d_state, sizeof(float));
-        if (!s->state) return latent_err_set(err, "sequence: out of memory");
+        if (!s->state) return latent_err_set(err, LATENT_E_NOMEM, "sequence: out of memory");
     }
     return 0;
 }
@@ -91,17 +122,17 @@ static int seq_grow(latent_seq *s, int cap) {
     int newcap = s->cap_pages ? s->cap_pages : 4;
     while (newcap < cap) newcap *= 2;
     size_t P = (size_t)s->pool->page_tokens;
-    int *pages = realloc(s->pages, newcap * sizeof(int));
+    int *pages = latent_step_realloc(s->pages, newcap * sizeof(int));
     if (!pages) return -1;
     s->pages = pages;
-    int32_t *tokens = realloc(s->tokens, newcap * P * sizeof(int32_t));
+    int32_t *tokens = latent_step_realloc(s->tokens, newcap * P * sizeof(int32_t));
     if (!tokens) return -1;
     s->tokens = tokens;
-    uint8_t *flows = realloc(s->flows, newcap * P);
+    uint8_t *flows = latent_step_realloc(s->flows, newcap * P);
     if (!flows) return -1;
     s->flows = flows;
     if (s->d_state) {
-        float *snaps = realloc(s->snapshots, (size_t)newcap * s->d_state * sizeof(float));
+        float *snaps = latent_step_realloc(s->snapshots, (size_t)newcap * s->d_state * sizeof(float));
         if (!snaps) return -1;
         s->snapshots = snaps;
     }
@@ -109,27 +140,62 @@ static int seq_grow(latent_seq *s, int cap) {
     return 0;
 }
 
+/* Pages a sequence must take to hold n_total tokens: new ones, plus a copy
+ * of the page the next token lands in when a fork shares it (the sequence
+ * was truncated into it). *need gets the page count it will have. */
+static int pages_to_take(const latent_seq *s, int n_total, int *need) {
+    int P = s->pool->page_tokens;
+    *need = (n_total + P - 1) / P;
+    int cow = n_total > s->n_pos && s->n_pos % P != 0 && s->pool->refcount[s->pages[s->n_pos / P]] > 1;
+    return (*need > s->n_pages ? *need - s->n_pages : 0) + cow;
+}
+
+int latent_seq_reserve_many(latent_seq *const *seqs, const int *n_totals, int n, int max_tokens, latent_err *err) {
+    for (int i = 0; i < n; i++)
+        if (n_totals[i] > max_tokens)
+            return latent_err_set(err, LATENT_E_CONTEXT, "sequence of %d tokens exceeds the context of %d tokens",
+                                  n_totals[i], max_tokens);
+    for (int i = 0; i < n; i++) {
+        int take = 0, need, first = 1;
+        for (int j = 0; j < n; j++) {
+            if (seqs[j]->pool != seqs[i]->pool) continue;
+            if (j < i) first = 0;
+            take += pages_to_take(seqs[j], n_totals[j], &need);
+        }
+        if (first && take > seqs[i]->pool->n_free)
+            return latent_err_set(err, LATENT_E_KV_FULL, "kv pool exhausted: %d more pages needed, %d free of %d", take,
+                                  seqs[i]->pool->n_free, seqs[i]->pool->n_pages);
+    }
+    /* Grow every page table first: the only step that can fail now, and it
+     * takes no pages, so a failure leaves every sequence as it was. */
+    for (int i = 0; i < n; i++) {
+        int need;
+        pages_to_take(seqs[i], n_totals[i], &need);
+        if (seq_grow(seqs[i], need) != 0) return latent_err_set(err, LATENT_E_NOMEM, "sequence: out of memory");
+    }
+    for (int i = 0; i < n; i++)
+        if (latent_seq_reserve(seqs[i], n_totals[i], max_tokens, err) != 0) return -1; /* cannot fail: counted and grown */
+    return 0;
+}
+
 int latent_seq_reserve(latent_seq *s, int n_total, int max_tokens, latent_err *err) {
     if (n_total > max_tokens)
-        return latent_err_set(err, "sequence of %d tokens exceeds the context of %d tokens", n_total,
+        return latent_err_set(err, LATENT_E_CONTEXT, "sequence of %d tokens exceeds the context of %d tokens", n_total,
                               max_tokens);
-    int P = s->pool->page_tokens;
-    int need = (n_total + P - 1) / P;
-    /* The page the next token lands in may be shared with a fork (the
-     * sequence was truncated into it): it must be copied before writing. */
-    int cow = n_total > s->n_pos && s->n_pos % P != 0 && s->pool->refcount[s->pages[s->n_pos / P]] > 1;
-    int more = need > s->n_pages ? need - s->n_pages : 0;
+    int P = s->pool->page_tokens, need;
+    int take = pages_to_take(s, n_total, &need);
+    int cow = take - (need > s->n_pages ? need - s->n_pages : 0);
+    int more = take - cow;
     if (more + cow == 0) return 0;
     if (more + cow > s->pool->n_free)
-        return latent_err_set(err, "kv pool exhausted: %d more pages needed, %d free of %d",
+        return latent_err_set(err, LATENT_E_KV_FULL, "kv pool exhausted: %d more pages needed, %d free of %d",
                               more + cow, s->pool->n_free, s->pool->n_pages);
-    if (seq_grow(s, need) != 0) return latent_err_set(err, "sequence: out of memory");
+    if (seq_grow(s, need) != 0) return latent_err_set(err, LATENT_E_NOMEM, "sequence: out of memory");
     if (cow) {
         latent_kv_pool *p = s->pool;
         int old = s->pages[s->n_pos / P], page = pool_take(p);
-        size_t floats = (size_t)p->n_layers * P * p->kv_dim;
-        memcpy(latent_kv_row(p, p->k, page, 0, 0), latent_kv_row(p, p->k, old, 0, 0), floats * sizeof(float));
-        memcpy(latent_kv_row(p, p->v, page, 0, 0), latent_kv_row(p, p->v, old, 0, 0), floats * sizeof(float));
+        memcpy(latent_kv_at(p, p->k, page, 0, 0), latent_kv_at(p, p->k, old, 0, 0), half_page_bytes(p));
+        memcpy(latent_kv_at(p, p->v, page, 0, 0), latent_kv_at(p, p->v, old, 0, 0), half_page_bytes(p));
         pool_release(p, old);
         s->pages[s->n_pos / P] = page;
     }
@@ -173,8 +239,8 @@ int latent_seq_fork(latent_seq *dst, const latent_seq *src, int n, latent_err *e
     int P = p->page_tokens;
     n = keepable_length(src, n < 0 ? 0 : n);
     int full = n / P, partial = n % P ? 1 : 0;
-    if (partial && p->n_free < 1) return latent_err_set(err, "kv pool exhausted: cannot copy a page to fork");
-    if (seq_grow(dst, full + partial) != 0) return latent_err_set(err, "sequence: out of memory");
+    if (partial && p->n_free < 1) return latent_err_set(err, LATENT_E_KV_FULL, "kv pool exhausted: cannot copy a page to fork");
+    if (seq_grow(dst, full + partial) != 0) return latent_err_set(err, LATENT_E_NOMEM, "sequence: out of memory");
     for (int i = 0; i < full; i++) {
         dst->pages[i] = src->pages[i];
         p->refcount[src->pages[i]]++;
@@ -182,9 +248,8 @@ int latent_seq_fork(latent_seq *dst, const latent_seq *src, int n, latent_err *e
     if (partial) {
         /* The last page will be written by both sequences: copy it. */
         int page = pool_take(p);
-        size_t floats = (size_t)p->n_layers * P * p->kv_dim;
-        memcpy(latent_kv_row(p, p->k, page, 0, 0), latent_kv_row(p, p->k, src->pages[full], 0, 0), floats * sizeof(float));
-        memcpy(latent_kv_row(p, p->v, page, 0, 0), latent_kv_row(p, p->v, src->pages[full], 0, 0), floats * sizeof(float));
+        memcpy(latent_kv_at(p, p->k, page, 0, 0), latent_kv_at(p, p->k, src->pages[full], 0, 0), half_page_bytes(p));
+        memcpy(latent_kv_at(p, p->v, page, 0, 0), latent_kv_at(p, p->v, src->pages[full], 0, 0), half_page_bytes(p));
         dst->pages[full] = page;
     }
     dst->n_pages = full + partial;
@@ -198,8 +263,8 @@ int latent_seq_fork(latent_seq *dst, const latent_seq *src, int n, latent_err *e
     return n;
 }
 
-int latent_seq_common_prefix(const latent_seq *s, const int32_t *ids, int n) {
+int latent_seq_common_prefix(const latent_seq *s, const int32_t *ids, const uint8_t *flows, int n) {
     int i = 0;
-    while (i < n && i < s->n_pos && s->tokens[i] == ids[i]) i++;
+    while (i < n && i < s->n_pos && s->tokens[i] == ids[i] && s->flows[i] == flows[i]) i++;
     return i;
 }

@@ -3,7 +3,7 @@
  * tensor of the parameter table must be present with its shape; values are
  * converted to float32 once into the weights slab and the files are closed. */
 #include "latent/model.h"
-#include "latent/safetensors.h"
+#include "safetensors.h"
 #include "latent/tokenizer.h"
 
 #include <errno.h>
@@ -61,7 +61,7 @@ typedef struct ml_sources {
 } ml_sources;
 
 static void ml_sources_free(ml_sources *s) {
-    for (int i = 0; i < s->n_files; i++) st_file_close(&s->files[i]);
+    for (int i = 0; i < s->n_files; i++) latent_st_file_close(&s->files[i]);
     free(s->files);
     if (s->weight_map) json_decref(s->weight_map);
     free(s->index_path);
@@ -79,20 +79,20 @@ static int ml_shard_index(const ml_sources *s, const char *file) {
 static int ml_open_sources(ml_sources *s, const char *dir, latent_err *err) {
     memset(s, 0, sizeof *s);
     char *single = ml_join(dir, ML_SINGLE);
-    if (!single) return latent_err_set(err, "%s: out of memory", dir);
+    if (!single) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
     if (ml_is_file(single)) { /* as transformers does: the single file wins */
         s->files = calloc(1, sizeof *s->files);
-        if (!s->files) { free(single); return latent_err_set(err, "%s: out of memory", dir); }
-        int rc = st_file_open(&s->files[0], single, err);
+        if (!s->files) { free(single); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir); }
+        int rc = latent_st_file_open(&s->files[0], single, err);
         free(single);
         if (rc < 0) { ml_sources_free(s); return -1; }
         s->n_files = 1;
         return 0;
     }
     s->index_path = ml_join(dir, ML_INDEX);
-    if (!s->index_path) { free(single); return latent_err_set(err, "%s: out of memory", dir); }
+    if (!s->index_path) { free(single); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir); }
     if (!ml_is_file(s->index_path)) {
-        latent_err_set(err, "%s: no weights: neither %s nor %s exists", dir, ML_SINGLE, ML_INDEX);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: no weights: neither %s nor %s exists", dir, ML_SINGLE, ML_INDEX);
         free(single);
         ml_sources_free(s);
         return -1;
@@ -101,7 +101,7 @@ static int ml_open_sources(ml_sources *s, const char *dir, latent_err *err) {
     json_error_t jerr;
     json_t *root = json_load_file(s->index_path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        latent_err_set(err, "%s: not valid JSON: %s (line %d, column %d)", s->index_path,
+        latent_err_set(err, LATENT_E_FORMAT, "%s: not valid JSON: %s (line %d, column %d)", s->index_path,
                        jerr.text, jerr.line, jerr.column);
         ml_sources_free(s);
         return -1;
@@ -109,7 +109,7 @@ static int ml_open_sources(ml_sources *s, const char *dir, latent_err *err) {
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm)) {
         json_decref(root);
-        latent_err_set(err, "%s: \"weight_map\" is missing or not an object", s->index_path);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: \"weight_map\" is missing or not an object", s->index_path);
         ml_sources_free(s);
         return -1;
     }
@@ -117,34 +117,34 @@ static int ml_open_sources(ml_sources *s, const char *dir, latent_err *err) {
     json_decref(root);
     size_t n = json_object_size(wm);
     s->files = calloc(n ? n : 1, sizeof *s->files);
-    if (!s->files) { ml_sources_free(s); return latent_err_set(err, "%s: out of memory", dir); }
+    if (!s->files) { ml_sources_free(s); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir); }
     const char *name;
     json_t *v;
     json_object_foreach(wm, name, v) {
         if (!json_is_string(v)) {
-            latent_err_set(err, "%s: weight_map[\"%s\"] is not a file name", s->index_path, name);
+            latent_err_set(err, LATENT_E_FORMAT, "%s: weight_map[\"%s\"] is not a file name", s->index_path, name);
             ml_sources_free(s);
             return -1;
         }
         const char *file = json_string_value(v);
         /* Shards live in the model directory, nowhere else. */
         if (!*file || strchr(file, '/') || strcmp(file, "..") == 0 || strcmp(file, ".") == 0) {
-            latent_err_set(err, "%s: weight_map[\"%s\"] = \"%s\" is not a file in the model directory",
+            latent_err_set(err, LATENT_E_FORMAT, "%s: weight_map[\"%s\"] = \"%s\" is not a file in the model directory",
                            s->index_path, name, file);
             ml_sources_free(s);
             return -1;
         }
         if (ml_shard_index(s, file) >= 0) continue;
         char *path = ml_join(dir, file);
-        if (!path) { ml_sources_free(s); return latent_err_set(err, "%s: out of memory", dir); }
+        if (!path) { ml_sources_free(s); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir); }
         if (!ml_is_file(path)) {
-            latent_err_set(err, "%s: shard \"%s\" (holding tensor \"%s\") is missing: %s",
+            latent_err_set(err, LATENT_E_FORMAT, "%s: shard \"%s\" (holding tensor \"%s\") is missing: %s",
                            s->index_path, file, name, path);
             free(path);
             ml_sources_free(s);
             return -1;
         }
-        int rc = st_file_open(&s->files[s->n_files], path, err);
+        int rc = latent_st_file_open(&s->files[s->n_files], path, err);
         free(path);
         if (rc < 0) { ml_sources_free(s); return -1; }
         s->n_files++;
@@ -163,26 +163,26 @@ static int ml_fill(latent_model *m, const ml_sources *s, latent_err *err) {
         if (s->weight_map) {
             const json_t *v = json_object_get(s->weight_map, p->name);
             if (!v)
-                return latent_err_set(err,
-                                      "%s: tensor \"%s\" is missing from \"weight_map\" "
+                return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\" is missing from \"weight_map\" "
                                       "(expected shape %s)",
                                       s->index_path, p->name, want);
             f = &s->files[ml_shard_index(s, json_string_value(v))];
         }
-        const st_tensor *t = st_file_find(f, p->name);
+        const st_tensor *t = latent_st_file_find(f, p->name);
         if (!t)
-            return latent_err_set(err, "%s: tensor \"%s\" is missing (expected shape %s)", f->path,
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\" is missing (expected shape %s)", f->path,
                                   p->name, want);
         if (!ml_shape_ok(p, t)) {
             ml_fmt_shape(got, sizeof got, t->ndim, t->shape);
-            return latent_err_set(err, "%s: tensor \"%s\": expected shape %s, found %s", f->path,
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": expected shape %s, found %s", f->path,
                                   p->name, want, got);
         }
+        if (p->ndim == 2 && t->dtype == ST_BF16) m->checkpoint_bf16 = 1;
         if (t->dtype == ST_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
             /* Already the compute type: use it in place from the mapping. */
             *p->slot = (float *)t->data;
         } else {
-            st_to_f32(*p->slot, t->data, t->dtype, (size_t)p->numel);
+            latent_st_to_f32(*p->slot, t->data, t->dtype, (size_t)p->numel);
         }
     }
     /* Tensors the table does not have: ignored (HF ships e.g. a tied
@@ -193,8 +193,7 @@ static int ml_fill(latent_model *m, const ml_sources *s, latent_err *err) {
         for (int j = 0; j < f->n_tensors; j++) {
             const char *name = f->tensors[j].name;
             if (ml_is_recurrent_name(name) && !latent_weights_find(w, name))
-                return latent_err_set(err,
-                                      "%s: tensor \"%s\" belongs to a recurrence that config.json "
+                return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\" belongs to a recurrence that config.json "
                                       "does not declare (check its \"latent_recurrence\")",
                                       f->path, name);
         }
@@ -210,7 +209,7 @@ int latent_model_load(latent_model *m, const char *dir, latent_err *err) {
     ml_sources src = {0};
     int rc = -1;
     if (!m->dir || !cfg_path || !tok_path) {
-        latent_err_set(err, "%s: out of memory", dir);
+        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
         goto out;
     }
     if (latent_config_load(cfg_path, &m->cfg, err) < 0) goto out;
@@ -221,7 +220,7 @@ int latent_model_load(latent_model *m, const char *dir, latent_err *err) {
     /* F32 tensors point into the mappings: they live as long as the model. */
     m->mapped = malloc(sizeof src);
     if (!m->mapped) {
-        latent_err_set(err, "%s: out of memory", dir);
+        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
         goto out;
     }
     memcpy(m->mapped, &src, sizeof src);
@@ -231,8 +230,7 @@ int latent_model_load(latent_model *m, const char *dir, latent_err *err) {
         if (!m->tok) goto out;
         int tv = latent_tokenizer_vocab_size(m->tok);
         if (tv > m->cfg.vocab) {
-            latent_err_set(err,
-                           "%s: the tokenizer has %d tokens but config.json \"vocab_size\" is %d",
+            latent_err_set(err, LATENT_E_FORMAT, "%s: the tokenizer has %d tokens but config.json \"vocab_size\" is %d",
                            tok_path, tv, m->cfg.vocab);
             goto out;
         }

@@ -2,7 +2,7 @@
  * written atomically (temp file, fsync, rename, fsync of the directory).
  * Format: u64 LE header length N, N bytes of JSON header, then the data
  * section; data_offsets are relative to the start of the data section. */
-#include "latent/safetensors.h"
+#include "safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 /* A header larger than this is not a header (the spec's own limit is 100 MB). */
 #define ST_MAX_HEADER ((uint64_t)100 << 20)
 
-const char *st_dtype_name(st_dtype t) {
+const char *latent_st_dtype_name(st_dtype t) {
     switch (t) {
     case ST_F32: return "F32";
     case ST_F16: return "F16";
@@ -63,7 +63,7 @@ static float st_half_to_float(uint16_t h) {
     return st_bits_to_float(sign | ((exp + 112) << 23) | (man << 13)); /* rebias 15 -> 127 */
 }
 
-void st_to_f32(float *dst, const void *src, st_dtype dtype, size_t n) {
+void latent_st_to_f32(float *dst, const void *src, st_dtype dtype, size_t n) {
     const unsigned char *p = src;
     switch (dtype) {
     case ST_F32:
@@ -120,64 +120,58 @@ static int st_parse_entry(st_file *f, st_tensor *t, const json_t *v, size_t data
                           size_t *begin_out, latent_err *err) {
     const char *path = f->path, *name = t->name;
     if (!json_is_object(v))
-        return latent_err_set(err, "%s: tensor \"%s\": header entry is not an object", path, name);
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": header entry is not an object", path, name);
     const json_t *dt = json_object_get(v, "dtype");
     const json_t *sh = json_object_get(v, "shape");
     const json_t *off = json_object_get(v, "data_offsets");
     if (!json_is_string(dt))
-        return latent_err_set(err, "%s: tensor \"%s\": \"dtype\" is missing or not a string", path,
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": \"dtype\" is missing or not a string", path,
                               name);
     if (st_parse_dtype(json_string_value(dt), &t->dtype) < 0)
-        return latent_err_set(err,
-                              "%s: tensor \"%s\": dtype \"%.32s\" is not supported (F32, F16 and "
+        return latent_err_set(err, LATENT_E_UNSUPPORTED, "%s: tensor \"%s\": dtype \"%.32s\" is not supported (F32, F16 and "
                               "BF16 are)",
                               path, name, json_string_value(dt));
     if (!json_is_array(sh))
-        return latent_err_set(err, "%s: tensor \"%s\": \"shape\" is missing or not an array", path,
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": \"shape\" is missing or not an array", path,
                               name);
     if (json_array_size(sh) > ST_MAX_DIMS)
-        return latent_err_set(err, "%s: tensor \"%s\": shape has %zu dimensions (at most %d supported)",
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": shape has %zu dimensions (at most %d supported)",
                               path, name, json_array_size(sh), ST_MAX_DIMS);
     t->ndim = (int)json_array_size(sh);
     uint64_t numel = 1;
     for (int i = 0; i < t->ndim; i++) {
         uint64_t d;
         if (st_json_uint(json_array_get(sh, (size_t)i), (uint64_t)INT64_MAX, &d) < 0)
-            return latent_err_set(err,
-                                  "%s: tensor \"%s\": shape entry %d is not a non-negative integer",
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": shape entry %d is not a non-negative integer",
                                   path, name, i);
         t->shape[i] = (int64_t)d;
         if (d && numel > (uint64_t)SIZE_MAX / 4 / d)
-            return latent_err_set(err, "%s: tensor \"%s\": shape is too large", path, name);
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": shape is too large", path, name);
         numel *= d;
     }
     if (!json_is_array(off) || json_array_size(off) != 2)
-        return latent_err_set(err,
-                              "%s: tensor \"%s\": \"data_offsets\" is missing or not [begin, end]",
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": \"data_offsets\" is missing or not [begin, end]",
                               path, name);
     uint64_t b, e;
     if (st_json_uint(json_array_get(off, 0), UINT64_MAX, &b) < 0 ||
         st_json_uint(json_array_get(off, 1), UINT64_MAX, &e) < 0)
-        return latent_err_set(err,
-                              "%s: tensor \"%s\": data_offsets must be two non-negative integers",
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": data_offsets must be two non-negative integers",
                               path, name);
     if (b > e)
-        return latent_err_set(err, "%s: tensor \"%s\": data_offsets [%llu, %llu] end before they begin",
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": data_offsets [%llu, %llu] end before they begin",
                               path, name, (unsigned long long)b, (unsigned long long)e);
     if (e > data_len)
-        return latent_err_set(err,
-                              "%s: tensor \"%s\": data_offsets [%llu, %llu] run past the end of the "
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": data_offsets [%llu, %llu] run past the end of the "
                               "file (data section is %zu bytes)",
                               path, name, (unsigned long long)b, (unsigned long long)e, data_len);
     uint64_t want = numel * st_dtype_size(t->dtype);
     if (e - b != want) {
         char shape[96];
         st_fmt_shape(shape, sizeof shape, t->ndim, t->shape);
-        return latent_err_set(err,
-                              "%s: tensor \"%s\": data_offsets [%llu, %llu] hold %llu bytes but "
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": data_offsets [%llu, %llu] hold %llu bytes but "
                               "shape %s of %s needs %llu",
                               path, name, (unsigned long long)b, (unsigned long long)e,
-                              (unsigned long long)(e - b), shape, st_dtype_name(t->dtype),
+                              (unsigned long long)(e - b), shape, latent_st_dtype_name(t->dtype),
                               (unsigned long long)want);
     }
     t->nbytes = (size_t)want;
@@ -186,32 +180,31 @@ static int st_parse_entry(st_file *f, st_tensor *t, const json_t *v, size_t data
     return 0;
 }
 
-int st_file_open(st_file *f, const char *path, latent_err *err) {
+int latent_st_file_open(st_file *f, const char *path, latent_err *err) {
     memset(f, 0, sizeof *f);
     f->path = strdup(path);
-    if (!f->path) return latent_err_set(err, "%s: out of memory", path);
+    if (!f->path) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     json_t *root = NULL;
     st_span *spans = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        latent_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     struct stat stt;
     if (fstat(fd, &stt) != 0) {
-        latent_err_set(err, "%s: cannot stat: %s", path, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         goto fail;
     }
     if (!S_ISREG(stt.st_mode)) {
-        latent_err_set(err, "%s: not a regular file", path);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: not a regular file", path);
         close(fd);
         goto fail;
     }
     size_t size = (size_t)stt.st_size;
     if (size < 8) {
-        latent_err_set(err,
-                       "%s: file is %zu bytes, too short for a safetensors header (8-byte length "
+        latent_err_set(err, LATENT_E_FORMAT, "%s: file is %zu bytes, too short for a safetensors header (8-byte length "
                        "then JSON); truncated?",
                        path, size);
         close(fd);
@@ -222,7 +215,7 @@ int st_file_open(st_file *f, const char *path, latent_err *err) {
     void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
-        latent_err_set(err, "%s: mmap failed: %s", path, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: mmap failed: %s", path, strerror(errno));
         goto fail;
     }
     f->map = map;
@@ -233,14 +226,13 @@ int st_file_open(st_file *f, const char *path, latent_err *err) {
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
     if (hlen > size - 8) {
-        latent_err_set(err,
-                       "%s: header length %llu runs past the end of the file (%zu bytes); "
+        latent_err_set(err, LATENT_E_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes); "
                        "truncated or not a safetensors file",
                        path, (unsigned long long)hlen, size);
         goto fail;
     }
     if (hlen > ST_MAX_HEADER || hlen < 2) {
-        latent_err_set(err, "%s: header length %llu is not plausible (2 .. %llu bytes)", path,
+        latent_err_set(err, LATENT_E_FORMAT, "%s: header length %llu is not plausible (2 .. %llu bytes)", path,
                        (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
         goto fail;
     }
@@ -250,19 +242,19 @@ int st_file_open(st_file *f, const char *path, latent_err *err) {
     json_error_t jerr;
     root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        latent_err_set(err, "%s: header is not valid JSON: %s (at byte %d of the header)", path,
+        latent_err_set(err, LATENT_E_FORMAT, "%s: header is not valid JSON: %s (at byte %d of the header)", path,
                        jerr.text, jerr.position);
         goto fail;
     }
     if (!json_is_object(root)) {
-        latent_err_set(err, "%s: header is not a JSON object", path);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: header is not a JSON object", path);
         goto fail;
     }
     size_t n = json_object_size(root);
     f->tensors = calloc(n ? n : 1, sizeof *f->tensors);
     spans = calloc(n ? n : 1, sizeof *spans);
     if (!f->tensors || !spans) {
-        latent_err_set(err, "%s: out of memory", path);
+        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
         goto fail;
     }
     const char *key;
@@ -272,7 +264,7 @@ int st_file_open(st_file *f, const char *path, latent_err *err) {
         st_tensor *t = &f->tensors[f->n_tensors];
         t->name = strdup(key);
         if (!t->name) {
-            latent_err_set(err, "%s: out of memory", path);
+            latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
             goto fail;
         }
         f->n_tensors++;
@@ -288,8 +280,7 @@ int st_file_open(st_file *f, const char *path, latent_err *err) {
     for (int i = 1; i < ns; i++) {
         if (spans[i].begin < spans[i - 1].end) {
             const st_span *a = &spans[i - 1], *b = &spans[i];
-            latent_err_set(err,
-                           "%s: tensor \"%s\": data_offsets [%zu, %zu] overlap tensor \"%s\" "
+            latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": data_offsets [%zu, %zu] overlap tensor \"%s\" "
                            "[%zu, %zu]",
                            path, f->tensors[b->idx].name, b->begin, b->end,
                            f->tensors[a->idx].name, a->begin, a->end);
@@ -302,11 +293,11 @@ int st_file_open(st_file *f, const char *path, latent_err *err) {
 fail:
     free(spans);
     if (root) json_decref(root);
-    st_file_close(f);
+    latent_st_file_close(f);
     return -1;
 }
 
-void st_file_close(st_file *f) {
+void latent_st_file_close(st_file *f) {
     if (!f) return;
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     free(f->tensors);
@@ -315,7 +306,7 @@ void st_file_close(st_file *f) {
     memset(f, 0, sizeof *f);
 }
 
-const st_tensor *st_file_find(const st_file *f, const char *name) {
+const st_tensor *latent_st_file_find(const st_file *f, const char *name) {
     for (int i = 0; i < f->n_tensors; i++)
         if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
     return NULL;
@@ -350,21 +341,21 @@ static int st_fsync_dir(const char *path) {
     return rc;
 }
 
-int st_write(const char *path, int n, const char *const *names, const float *const *data,
+int latent_st_write(const char *path, int n, const char *const *names, const float *const *data,
              const int *ndims, const int64_t (*shapes)[ST_MAX_DIMS], st_dtype dtype,
              latent_err *err) {
     if (dtype != ST_F32 && dtype != ST_BF16)
-        return latent_err_set(err, "%s: can only write F32 or BF16 (asked for %s)", path,
-                              st_dtype_name(dtype));
+        return latent_err_set(err, LATENT_E_UNSUPPORTED, "%s: can only write F32 or BF16 (asked for %s)", path,
+                              latent_st_dtype_name(dtype));
     size_t esz = st_dtype_size(dtype);
     json_t *hdr = json_object();
-    if (!hdr) return latent_err_set(err, "%s: out of memory", path);
+    if (!hdr) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     json_object_set_new(hdr, "__metadata__", json_pack("{s:s}", "format", "pt"));
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         if (ndims[i] < 0 || ndims[i] > ST_MAX_DIMS) {
             json_decref(hdr);
-            return latent_err_set(err, "%s: tensor \"%s\": %d dimensions", path, names[i], ndims[i]);
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": %d dimensions", path, names[i], ndims[i]);
         }
         json_t *shape = json_array();
         size_t numel = 1;
@@ -372,12 +363,12 @@ int st_write(const char *path, int n, const char *const *names, const float *con
             json_array_append_new(shape, json_integer(shapes[i][k]));
             numel *= (size_t)shapes[i][k];
         }
-        json_t *e = json_pack("{s:s, s:o, s:[I,I]}", "dtype", st_dtype_name(dtype), "shape", shape,
+        json_t *e = json_pack("{s:s, s:o, s:[I,I]}", "dtype", latent_st_dtype_name(dtype), "shape", shape,
                               "data_offsets", (json_int_t)off, (json_int_t)(off + numel * esz));
         if (!e || json_object_get(hdr, names[i])) {
             json_decref(e);
             json_decref(hdr);
-            return latent_err_set(err, "%s: tensor \"%s\": %s", path, names[i],
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": %s", path, names[i],
                                   e ? "written twice" : "out of memory");
         }
         json_object_set_new(hdr, names[i], e);
@@ -385,7 +376,7 @@ int st_write(const char *path, int n, const char *const *names, const float *con
     }
     char *text = json_dumps(hdr, JSON_COMPACT);
     json_decref(hdr);
-    if (!text) return latent_err_set(err, "%s: out of memory", path);
+    if (!text) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     size_t tlen = strlen(text);
     size_t hlen = (tlen + 7) & ~(size_t)7; /* data section 8-byte aligned: pad with spaces */
 
@@ -394,14 +385,14 @@ int st_write(const char *path, int n, const char *const *names, const float *con
     unsigned char *buf = malloc(1 << 20);
     int fd = -1, rc = -1;
     if (!tmp || !buf) {
-        latent_err_set(err, "%s: out of memory", path);
+        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
         goto done;
     }
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        latent_err_set(err, "%s: cannot create: %s", tmp, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
         goto done;
     }
     unsigned char len8[8];
@@ -439,7 +430,7 @@ int st_write(const char *path, int n, const char *const *names, const float *con
     }
     fd = -1;
     if (rename(tmp, path) != 0) {
-        latent_err_set(err, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
         unlink(tmp);
         goto done;
     }
@@ -447,7 +438,7 @@ int st_write(const char *path, int n, const char *const *names, const float *con
     rc = 0;
     goto done;
 io_fail:
-    latent_err_set(err, "%s: write failed: %s", tmp, strerror(errno));
+    latent_err_set(err, LATENT_E_IO, "%s: write failed: %s", tmp, strerror(errno));
     if (fd >= 0) close(fd);
     fd = -1;
     unlink(tmp);

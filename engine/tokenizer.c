@@ -258,7 +258,7 @@ static const char gpt2_pattern[] =
 
 static int add_step(latent_tokenizer *t, int step, const char *path, latent_err *err) {
     if (t->n_steps == MAX_STEPS)
-        return latent_err_set(err, "%s: pre_tokenizer has more than %d steps", path, MAX_STEPS);
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: pre_tokenizer has more than %d steps", path, MAX_STEPS);
     t->steps[t->n_steps++] = step;
     return 0;
 }
@@ -274,11 +274,11 @@ static int parse_pretok(latent_tokenizer *t, json_t *node, const char *path, int
                         latent_err *err) {
     const char *type = json_string_value(json_object_get(node, "type"));
     if (!json_is_object(node) || !type)
-        return latent_err_set(err, "%s: pre_tokenizer entry has no \"type\"", path);
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: pre_tokenizer entry has no \"type\"", path);
     if (!strcmp(type, "Sequence")) {
         json_t *list = json_object_get(node, "pretokenizers");
         if (!json_is_array(list))
-            return latent_err_set(err, "%s: pre_tokenizer Sequence has no \"pretokenizers\" array", path);
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: pre_tokenizer Sequence has no \"pretokenizers\" array", path);
         size_t i;
         json_t *v;
         json_array_foreach(list, i, v) {
@@ -302,10 +302,10 @@ static int parse_pretok(latent_tokenizer *t, json_t *node, const char *path, int
         if (re && !strcmp(re, gpt2_pattern) && behavior && !strcmp(behavior, "Isolated") &&
             !bool_field(node, "invert", 0))
             return add_step(t, STEP_GPT2_REGEX, path, err);
-        return latent_err_set(err, "%s: pre_tokenizer Split with pattern %s is not supported "
+        return latent_err_set(err, LATENT_E_UNSUPPORTED, "%s: pre_tokenizer Split with pattern %s is not supported "
                               "(only the GPT-2 regex, behavior Isolated)", path, re ? re : "(not a regex)");
     }
-    return latent_err_set(err, "%s: pre_tokenizer type \"%s\" is not supported "
+    return latent_err_set(err, LATENT_E_UNSUPPORTED, "%s: pre_tokenizer type \"%s\" is not supported "
                           "(supported: ByteLevel, Digits, Sequence of them)", path, type);
 }
 
@@ -341,7 +341,7 @@ static int load_vocab(latent_tokenizer *t, json_t *vocab, json_t *added, const c
     json_t *v;
     json_object_foreach(vocab, key, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= MAX_ID)
-            return latent_err_set(err, "%s: model.vocab[\"%s\"] is not an id in [0, %d)", path, key, MAX_ID);
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: model.vocab[\"%s\"] is not an id in [0, %d)", path, key, MAX_ID);
         if (json_integer_value(v) > max_id) max_id = (long)json_integer_value(v);
         total += strlen(key);
     }
@@ -351,12 +351,12 @@ static int load_vocab(latent_tokenizer *t, json_t *vocab, json_t *added, const c
         if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= MAX_ID ||
             !json_is_string(json_object_get(v, "content")) ||
             json_string_length(json_object_get(v, "content")) == 0)
-            return latent_err_set(err, "%s: added_tokens[%zu] needs an \"id\" in [0, %d) and a non-empty "
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: added_tokens[%zu] needs an \"id\" in [0, %d) and a non-empty "
                                   "\"content\"", path, i, MAX_ID);
         if (json_integer_value(id) > max_id) max_id = (long)json_integer_value(id);
         total += json_string_length(json_object_get(v, "content"));
     }
-    if (max_id < 0) return latent_err_set(err, "%s: model.vocab is empty", path);
+    if (max_id < 0) return latent_err_set(err, LATENT_E_FORMAT, "%s: model.vocab is empty", path);
     int n = (int)max_id + 1;
     t->n_vocab = n;
     size_t n_vocab_keys = json_object_size(vocab);
@@ -370,12 +370,12 @@ static int load_vocab(latent_tokenizer *t, json_t *vocab, json_t *added, const c
     const char **by_id = calloc((size_t)n, sizeof *by_id);
     if (!t->voff || !t->doff || !t->present || !t->vstr || !t->dbytes || !t->vmap || !by_id) {
         free(by_id);
-        return latent_err_set(err, "%s: out of memory for %d tokens", path, n);
+        return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory for %d tokens", path, n);
     }
     json_object_foreach(vocab, key, v) {
         int32_t id = (int32_t)json_integer_value(v);
         if (by_id[id]) {
-            latent_err_set(err, "%s: model.vocab gives id %d to both \"%s\" and \"%s\"", path, id, by_id[id], key);
+            latent_err_set(err, LATENT_E_FORMAT, "%s: model.vocab gives id %d to both \"%s\" and \"%s\"", path, id, by_id[id], key);
             free(by_id);
             return -1;
         }
@@ -404,17 +404,17 @@ static int load_vocab(latent_tokenizer *t, json_t *vocab, json_t *added, const c
     const char **content = by_id; /* reuse: the string each id decodes from */
     t->n_added = (int)json_array_size(added);
     t->added = calloc((size_t)t->n_added + 1, sizeof *t->added);
-    if (!t->added) { free(by_id); return latent_err_set(err, "%s: out of memory", path); }
+    if (!t->added) { free(by_id); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path); }
     json_array_foreach(added, i, v) {
         added_token *a = &t->added[i];
         json_t *c = json_object_get(v, "content");
         a->len = json_string_length(c);
         a->content = malloc(a->len + 1);
-        if (!a->content) { free(by_id); return latent_err_set(err, "%s: out of memory", path); }
+        if (!a->content) { free(by_id); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path); }
         memcpy(a->content, json_string_value(c), a->len + 1);
         if (strlen(a->content) != a->len) {
             free(by_id);
-            return latent_err_set(err, "%s: added_tokens[%zu] content holds a NUL character", path, i);
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: added_tokens[%zu] content holds a NUL character", path, i);
         }
         a->id = (int32_t)json_integer_value(json_object_get(v, "id"));
         a->special = (unsigned char)bool_field(v, "special", 0);
@@ -477,7 +477,7 @@ static int load_merges(latent_tokenizer *t, json_t *merges, const char *path, la
     t->mnew = malloc(cap * sizeof *t->mnew);
     char *buf = NULL;
     size_t buf_cap = 0;
-    if (!t->mkey || !t->mrank || !t->mnew) return latent_err_set(err, "%s: out of memory for %zu merges", path, n);
+    if (!t->mkey || !t->mrank || !t->mnew) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory for %zu merges", path, n);
     memset(t->mkey, 0xff, cap * sizeof *t->mkey);
     uint32_t rank = 0;
     size_t i;
@@ -488,11 +488,11 @@ static int load_merges(latent_tokenizer *t, json_t *merges, const char *path, la
         if (json_is_string(m) && !strncmp(json_string_value(m), "#version", 8)) continue;
         if (merge_parts(m, &a, &la, &b, &lb)) {
             free(buf);
-            return latent_err_set(err, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
         }
         if (la + lb > buf_cap) {
             char *nb = realloc(buf, buf_cap = 2 * (la + lb) + 16);
-            if (!nb) { free(buf); return latent_err_set(err, "%s: out of memory", path); }
+            if (!nb) { free(buf); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path); }
             buf = nb;
         }
         memcpy(buf, a, la);
@@ -501,7 +501,7 @@ static int load_merges(latent_tokenizer *t, json_t *merges, const char *path, la
         if (ia < 0 || ib < 0 || inew < 0) {
             const char *what = ia < 0 ? a : ib < 0 ? b : buf;
             int wl = (int)(ia < 0 ? la : ib < 0 ? lb : la + lb);
-            latent_err_set(err, "%s: model.merges[%zu]: token \"%.*s\" is not in model.vocab", path, i,
+            latent_err_set(err, LATENT_E_FORMAT, "%s: model.merges[%zu]: token \"%.*s\" is not in model.vocab", path, i,
                            wl > 64 ? 64 : wl, what);
             free(buf);
             return -1;
@@ -524,14 +524,14 @@ latent_tokenizer *latent_tokenizer_load(const char *path, latent_err *err) {
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) {
         if (jerr.line < 0) /* could not open: jansson puts the reason in text */
-            latent_err_set(err, "%s: cannot read tokenizer: %s", path, jerr.text);
+            latent_err_set(err, LATENT_E_IO, "%s: cannot read tokenizer: %s", path, jerr.text);
         else
-            latent_err_set(err, "%s:%d:%d: invalid JSON in tokenizer file: %s", path, jerr.line, jerr.column,
+            latent_err_set(err, LATENT_E_FORMAT, "%s:%d:%d: invalid JSON in tokenizer file: %s", path, jerr.line, jerr.column,
                            jerr.text);
         return NULL;
     }
     latent_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) { json_decref(root); latent_err_set(err, "%s: out of memory", path); return NULL; }
+    if (!t) { json_decref(root); latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path); return NULL; }
     t->unk_id = -1;
     json_t *model = json_object_get(root, "model");
     json_t *vocab = json_object_get(model, "vocab");
@@ -543,45 +543,45 @@ latent_tokenizer *latent_tokenizer_load(const char *path, latent_err *err) {
     const char *s;
     int byte_level = 0;
     if (!json_is_object(root) || !json_is_object(model)) {
-        latent_err_set(err, "%s: not a tokenizer.json: no \"model\" object", path);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: not a tokenizer.json: no \"model\" object", path);
         goto fail;
     }
     if (type && strcmp(type, "BPE")) {
-        latent_err_set(err, "%s: model.type is \"%s\"; only \"BPE\" is supported", path, type);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: model.type is \"%s\"; only \"BPE\" is supported", path, type);
         goto fail;
     }
     if (!json_is_object(vocab) || !json_is_array(merges)) {
-        latent_err_set(err, "%s: model needs a \"vocab\" object and a \"merges\" array", path);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: model needs a \"vocab\" object and a \"merges\" array", path);
         goto fail;
     }
     if (added && !json_is_null(added) && !json_is_array(added)) {
-        latent_err_set(err, "%s: \"added_tokens\" is not an array", path);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: \"added_tokens\" is not an array", path);
         goto fail;
     }
     if (norm && !json_is_null(norm) &&
         !(json_is_array(json_object_get(norm, "normalizers")) &&
           json_array_size(json_object_get(norm, "normalizers")) == 0)) {
         s = json_string_value(json_object_get(norm, "type"));
-        latent_err_set(err, "%s: normalizer \"%s\" is not supported (byte-level BPE takes none)", path,
+        latent_err_set(err, LATENT_E_UNSUPPORTED, "%s: normalizer \"%s\" is not supported (byte-level BPE takes none)", path,
                        s ? s : "?");
         goto fail;
     }
     if ((s = json_string_value(json_object_get(model, "continuing_subword_prefix"))) && *s) {
-        latent_err_set(err, "%s: model.continuing_subword_prefix is not supported", path);
+        latent_err_set(err, LATENT_E_UNSUPPORTED, "%s: model.continuing_subword_prefix is not supported", path);
         goto fail;
     }
     if ((s = json_string_value(json_object_get(model, "end_of_word_suffix"))) && *s) {
-        latent_err_set(err, "%s: model.end_of_word_suffix is not supported", path);
+        latent_err_set(err, LATENT_E_UNSUPPORTED, "%s: model.end_of_word_suffix is not supported", path);
         goto fail;
     }
     if (!pre || json_is_null(pre)) {
-        latent_err_set(err, "%s: no pre_tokenizer; only byte-level BPE (ByteLevel pre_tokenizer) is supported",
+        latent_err_set(err, LATENT_E_FORMAT, "%s: no pre_tokenizer; only byte-level BPE (ByteLevel pre_tokenizer) is supported",
                        path);
         goto fail;
     }
     if (parse_pretok(t, pre, path, &byte_level, err)) goto fail;
     if (!byte_level) {
-        latent_err_set(err, "%s: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", path);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: pre_tokenizer has no ByteLevel step; only byte-level BPE is supported", path);
         goto fail;
     }
     json_t *no_added = json_array();

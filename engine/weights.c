@@ -3,7 +3,7 @@
  * fill_in_parameter_sizes, with names). Loader, writer and optimizer all walk
  * w->params; each entry's `slot` is the pointer field it backs. */
 #include "latent/model.h"
-#include "latent/safetensors.h"
+#include "safetensors.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -111,15 +111,15 @@ static int w_build_table(w_builder *b, const latent_config *c) {
 int latent_weights_alloc(latent_weights *w, const latent_config *cfg, latent_err *err) {
     memset(w, 0, sizeof *w);
     if (cfg->n_layers <= 0 || cfg->d <= 0)
-        return latent_err_set(err, "weights: config has no layers or no hidden size");
+        return latent_err_set(err, LATENT_E_FORMAT, "weights: config has no layers or no hidden size");
     w->layers = calloc((size_t)cfg->n_layers, sizeof *w->layers);
-    if (!w->layers) return latent_err_set(err, "weights: out of memory for %d layers", cfg->n_layers);
+    if (!w->layers) return latent_err_set(err, LATENT_E_NOMEM, "weights: out of memory for %d layers", cfg->n_layers);
     w_builder b = {w, 0, 0, 0};
     if (w_build_table(&b, cfg) != 0) {
         latent_weights_free(w);
         if (b.too_big)
-            return latent_err_set(err, "weights: the config's sizes make more parameters than any machine holds");
-        return latent_err_set(err, "weights: out of memory for the parameter table");
+            return latent_err_set(err, LATENT_E_FORMAT, "weights: the config's sizes make more parameters than any machine holds");
+        return latent_err_set(err, LATENT_E_NOMEM, "weights: out of memory for the parameter table");
     }
     size_t bytes = (size_t)b.off * sizeof(float);
     if (bytes == 0) bytes = 64;
@@ -129,7 +129,7 @@ int latent_weights_alloc(latent_weights *w, const latent_config *cfg, latent_err
     void *slab = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (slab == MAP_FAILED) {
         latent_weights_free(w);
-        return latent_err_set(err, "weights: cannot allocate %.1f MiB for the weights",
+        return latent_err_set(err, LATENT_E_NOMEM, "weights: cannot allocate %.1f MiB for the weights",
                               (double)bytes / (1 << 20));
     }
     w->slab = slab;
@@ -174,7 +174,7 @@ int latent_weights_save(const latent_weights *w, const char *path, int bf16, lat
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         size_t n = strlen(path) + sizeof "/model.safetensors";
         file = malloc(n);
-        if (!file) return latent_err_set(err, "%s: out of memory", path);
+        if (!file) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
         snprintf(file, n, "%s/model.safetensors", path);
     }
     int n = w->n_params;
@@ -184,7 +184,7 @@ int latent_weights_save(const latent_weights *w, const char *path, int bf16, lat
     int64_t(*shapes)[ST_MAX_DIMS] = calloc((size_t)(n ? n : 1), sizeof *shapes);
     int rc;
     if (!names || !data || !ndims || !shapes) {
-        rc = latent_err_set(err, "%s: out of memory", path);
+        rc = latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     } else {
         for (int i = 0; i < n; i++) {
             const latent_param *p = &w->params[i];
@@ -194,7 +194,7 @@ int latent_weights_save(const latent_weights *w, const char *path, int bf16, lat
             shapes[i][0] = p->shape[0];
             shapes[i][1] = p->shape[1];
         }
-        rc = st_write(file ? file : path, n, names, data, ndims,
+        rc = latent_st_write(file ? file : path, n, names, data, ndims,
                       (const int64_t(*)[ST_MAX_DIMS])shapes, bf16 ? ST_BF16 : ST_F32, err);
     }
     free(names);

@@ -67,7 +67,7 @@ int srv_tmpl_detect(srv_chat_template *t, const char *jinja, latent_err *err) {
         set_kind(t, SRV_TMPL_LLAMA3);
         return 0;
     }
-    return latent_err_set(err, "the model's chat template is not one latentd knows (ChatML, Llama-3); "
+    return latent_err_set(err, LATENT_E_UNSUPPORTED, "the model's chat template is not one latentd knows (ChatML, Llama-3); "
                                "pass --chat-template chatml|llama3|plain to choose one");
 }
 
@@ -81,9 +81,9 @@ int srv_tmpl_load(srv_chat_template *t, const char *dir, const char *name, laten
     if (f) {
         root = json_loadf(f, 0, &jerr);
         fclose(f);
-        if (!root) return latent_err_set(err, "%s: invalid JSON: %s (line %d)", path, jerr.text, jerr.line);
+        if (!root) return latent_err_set(err, LATENT_E_FORMAT, "%s: invalid JSON: %s (line %d)", path, jerr.text, jerr.line);
     } else if (errno != ENOENT) {
-        return latent_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+        return latent_err_set(err, LATENT_E_IO, "%s: cannot open: %s", path, strerror(errno));
     }
     json_t *tj = json_object_get(root, "chat_template");
     const char *jinja = json_string_value(tj);
@@ -99,18 +99,22 @@ int srv_tmpl_load(srv_chat_template *t, const char *dir, const char *name, laten
     if (name) {
         srv_tmpl_kind k;
         if (kind_from_name(name, &k) != 0) {
-            rc = latent_err_set(err, "--chat-template must be chatml, llama3 or plain (got '%s')", name);
+            rc = latent_err_set(err, LATENT_E_FORMAT, "--chat-template must be chatml, llama3 or plain (got '%s')", name);
         } else {
-            srv_chat_template found;
-            if (jinja && srv_tmpl_detect(&found, jinja, NULL) == 0 && found.kind == k) *t = found;
-            else set_kind(t, k);
+            srv_chat_template found = {0};
+            if (jinja && srv_tmpl_detect(&found, jinja, NULL) == 0 && found.kind == k) {
+                *t = found;
+            } else { /* another kind than the one asked for: its default system prompt is not used */
+                srv_tmpl_free(&found);
+                set_kind(t, k);
+            }
         }
     } else {
         rc = srv_tmpl_detect(t, jinja, err);
         if (rc != 0) {
             char msg[LATENT_ERR_LEN];
             snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
-            latent_err_set(err, "%s: %s", path, msg);
+            latent_err_set(err, LATENT_E_FORMAT, "%s: %s", path, msg);
         }
     }
     json_decref(root);

@@ -25,6 +25,8 @@ typedef struct srv_config {
     int prefill_chunk;        /* --prefill-chunk: prompt tokens per sequence per step while others decode */
     int max_tokens;           /* --max-tokens: cap (and default) of generated tokens per request */
     int threads;              /* --threads: engine threads (0 = online cores) */
+    char *precision;          /* --precision auto|f32|bf16 */
+    char *kv_dtype;           /* --kv-dtype auto|f32|bf16 */
     srv_strlist api_keys;     /* --api-key (repeatable) */
     char *api_key_file;       /* --api-key-file: one key per line */
     srv_strlist cors_origins; /* --cors-origin (repeatable; "*" = any) */

@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "latent/tokenizer.h"
@@ -30,6 +33,7 @@ static void gen_free(srv_gen *g) {
         json_decref(ch->lp);
     }
     free(g->choices);
+    srv_buf_free(&g->events);
     for (int i = 0; g->ids && i < g->n_prompts; i++) free(g->ids[i]);
     free(g->ids);
     free(g->n_ids);
@@ -37,7 +41,10 @@ static void gen_free(srv_gen *g) {
     free(g);
 }
 
-/* Tokenizes prompt i (text, ids or the rendered chat) into g->ids[i]. */
+/* Tokenizes prompt i (text, ids or the rendered chat) into g->ids[i], in
+ * one pass: byte-level BPE gives at most one id per byte, so len + 1 ids
+ * always suffice (a second pass only if a tokenizer ever needed more).
+ * Pure: runs on the thread pool for big prompts. */
 static int tokenize(srv_ctx *x, srv_gen *g, int i, srv_error *e) {
     const char *text;
     size_t len;
@@ -56,12 +63,25 @@ static int tokenize(srv_ctx *x, srv_gen *g, int i, srv_error *e) {
     } else {
         text = g->req.prompts[i].text, len = g->req.prompts[i].len;
     }
-    int n = latent_tokenizer_encode(x->model.tok, text, len, NULL, 0);
-    if (n >= 0 && (g->ids[i] = malloc(((size_t)n + 1) * sizeof(int32_t))))
-        n = latent_tokenizer_encode(x->model.tok, text, len, g->ids[i], n);
+    int cap = len + 1 < (size_t)INT32_MAX ? (int)len + 1 : INT32_MAX;
+    int n = -1;
+    if ((g->ids[i] = malloc((size_t)cap * sizeof(int32_t)))) {
+        n = latent_tokenizer_encode(x->model.tok, text, len, g->ids[i], cap);
+        if (n > cap) {
+            int32_t *more = realloc(g->ids[i], ((size_t)n + 1) * sizeof(int32_t));
+            n = more ? latent_tokenizer_encode(x->model.tok, text, len, more, n + 1) : -1;
+            if (more) g->ids[i] = more;
+        }
+    }
     free(rendered);
     if (n < 0 || !g->ids[i]) return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "cannot tokenize the prompt");
     g->n_ids[i] = n;
+    return 0;
+}
+
+static int tokenize_all(srv_ctx *x, srv_gen *g, srv_error *e) {
+    for (int i = 0; i < g->n_prompts; i++)
+        if (tokenize(x, g, i, e) != 0) return -1;
     return 0;
 }
 
@@ -159,15 +179,91 @@ static void unlink_gen(srv_ctx *x, srv_gen *g) {
 
 static void emit(srv_ctx *x, srv_gen *g);
 
-void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
-    srv_error e = {0};
-    if (!x->ready) {
-        srv_error_set(&e, SRV_ERR_NOT_READY, NULL, "the model is still loading");
-        reply_error(x, c, &e);
+/* One SSE event for a choice with what it holds now: released text (the
+ * prompt first, when echoing) and the logprobs of the tokens since its last
+ * event; the last one carries finish_reason. Nothing when it holds nothing. */
+static void stream_choice(srv_gen *g, srv_choice *ch, srv_buf *out) {
+    int has_lp = ch->lp && json_array_size(json_object_get(ch->lp, g->chat ? "content" : "tokens")) > 0;
+    if (ch->reported || (!ch->out.len && !has_lp && !ch->done && !ch->echo_pending)) return;
+    if (ch->echo_pending && !has_lp && ch->sess && ch->sess->prompt_logprobs) return; /* wait for the prompt's logprobs */
+    srv_buf text = {0};
+    if (ch->echo_pending) srv_resp_echo_text(g, ch, &text), ch->echo_pending = 0;
+    srv_buf_append(&text, ch->out.p, ch->out.len);
+    srv_buf_reset(&ch->out);
+    if (ch->done && g->err.kind == SRV_ERR_NONE) ch->reported = 1;
+    if (text.len || has_lp || ch->reported) srv_resp_chunk(g, ch, text.p, text.len, 0, ch->reported, out);
+    if (text.oom) out->oom = 1;
+    srv_buf_free(&text);
+}
+
+/* Bodies this large are parsed and their prompts tokenized on libuv's
+ * thread pool, at low priority: the loop thread serves every other stream
+ * meanwhile, and the engine's threads keep the cores (a 4 MiB prompt takes
+ * 0.3 s of CPU to tokenize, and 2 cores have none to spare while decoding). */
+#define ASYNC_BODY_BYTES (16 * 1024)
+#define BIG_REQUEST_NICE 19
+
+static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e);
+
+/* Ends a request that failed before generating: the error reply now; the
+ * connection's close frees g (it is linked and attached from the start). */
+static void fail_request(srv_ctx *x, srv_gen *g, const srv_error *e) {
+    g->failed = 1;
+    g->complete = 1;
+    for (int i = 0; i < g->n_choices; i++) choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED); /* what was submitted */
+    reply_error(x, g->conn, e);
+}
+
+static int prepare(srv_ctx *x, srv_gen *g, srv_error *e);
+
+static void tokenize_work(uv_work_t *w) {
+    static __thread int reniced;
+    if (!reniced) { /* this pool thread runs only big requests' parsing from now on */
+        reniced = 1;
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), BIG_REQUEST_NICE);
+    }
+    srv_gen *g = w->data;
+    g->tok_rc = prepare(g->x, g, &g->tok_err) != 0 || tokenize_all(g->x, g, &g->tok_err) != 0 ? -1 : 0;
+}
+
+static void tokenize_done(uv_work_t *w, int status) {
+    srv_gen *g = w->data;
+    g->tok_state = TOK_DONE;
+    if (g->close_pending) { /* the client left and the connection closed meanwhile */
+        gen_free(g);
         return;
     }
-    if (x->draining) {
-        srv_error_set(&e, SRV_ERR_DRAINING, NULL, "the server is shutting down");
+    if (status != 0 && g->tok_rc == 0) g->tok_rc = -1, srv_error_set(&g->tok_err, SRV_ERR_INTERNAL, NULL, "tokenization cancelled");
+    srv_conn_wake(g->conn); /* on_request runs again: srv_gen_resume goes on */
+}
+
+/* Checks the request and allocates what it needs; -1 with *e set. */
+static int prepare(srv_ctx *x, srv_gen *g, srv_error *e) {
+    size_t len;
+    const char *body = srv_conn_body(g->conn, &len);
+    srv_req_limits lim = {.vocab = x->model.cfg.vocab};
+    if (srv_req_parse(&g->req, g->chat ? SRV_API_CHAT : SRV_API_COMPLETIONS, body, len, &lim, e) != 0) return -1;
+    if (g->req.model && strcmp(g->req.model, x->served_name) != 0)
+        return srv_error_set(e, SRV_ERR_MODEL_NOT_FOUND, "model", "The model '%.200s' does not exist (this server serves '%.200s')",
+                             g->req.model, x->served_name);
+    int n = g->req.n, cap = x->cfg.max_sessions + x->cfg.queue_len;
+    g->n_prompts = g->chat ? 1 : g->req.n_prompts;
+    long total = (long)g->n_prompts * n;
+    if (n > x->cfg.max_sessions || total > cap)
+        return srv_error_set(e, SRV_ERR_INVALID_FIELD, "n", "%ld sequences (%d prompt(s) x n=%d) exceed what this server runs at once (%d)",
+                             total, g->n_prompts, n, n > x->cfg.max_sessions ? x->cfg.max_sessions : cap);
+    g->ids = calloc(g->n_prompts, sizeof *g->ids);
+    g->n_ids = calloc(g->n_prompts, sizeof *g->n_ids);
+    g->choices = calloc(total, sizeof *g->choices);
+    if (!g->ids || !g->n_ids || !g->choices) return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "out of memory");
+    return 0;
+}
+
+void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
+    srv_error e = {0};
+    if (!x->ready || x->draining) {
+        if (!x->ready) srv_error_set(&e, SRV_ERR_NOT_READY, NULL, "the model is still loading");
+        else srv_error_set(&e, SRV_ERR_DRAINING, NULL, "the server is shutting down");
         reply_error(x, c, &e);
         return;
     }
@@ -180,109 +276,87 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
     g->x = x, g->conn = c, g->chat = chat, g->t_start = srv_conn_started(c);
     g->created = (long long)time(NULL);
     snprintf(g->id, sizeof g->id, "%s-%016llx%s", chat ? "chatcmpl" : "cmpl", (unsigned long long)random_seed(), srv_conn_id(c));
-    size_t len;
-    const char *body = srv_conn_body(c, &len);
-    srv_req_limits lim = {.vocab = x->model.cfg.vocab};
-    if (srv_req_parse(&g->req, chat ? SRV_API_CHAT : SRV_API_COMPLETIONS, body, len, &lim, &e) != 0) goto fail;
-    if (g->req.model && strcmp(g->req.model, x->served_name) != 0) {
-        srv_error_set(&e, SRV_ERR_MODEL_NOT_FOUND, "model", "The model '%.200s' does not exist (this server serves '%.200s')",
-                      g->req.model, x->served_name);
-        goto fail;
-    }
-    int n = g->req.n, prompt_lp = !chat && g->req.echo && g->req.logprobs;
-    g->n_prompts = chat ? 1 : g->req.n_prompts;
-    long total = (long)g->n_prompts * n;
-    if (n > x->cfg.max_sessions || total > x->cfg.max_sessions + x->cfg.queue_len) {
-        srv_error_set(&e, SRV_ERR_INVALID_FIELD, "n", "%ld sequences (%d prompt(s) x n=%d) exceed what this server runs at once (%d)",
-                      total, g->n_prompts, n, n > x->cfg.max_sessions ? x->cfg.max_sessions : x->cfg.max_sessions + x->cfg.queue_len);
-        goto fail;
-    }
-    g->ids = calloc(g->n_prompts, sizeof *g->ids);
-    g->n_ids = calloc(g->n_prompts, sizeof *g->n_ids);
-    g->choices = calloc(total, sizeof *g->choices);
-    int *mt = calloc(g->n_prompts, sizeof *mt);
-    if (!g->ids || !g->n_ids || !g->choices || !mt) {
-        free(mt);
-        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < g->n_prompts; i++) {
-        if (tokenize(x, g, i, &e) != 0 || plan_length(x, g, i, prompt_lp ? 1 : n, &mt[i], &e) != 0) {
-            free(mt);
-            goto fail;
+    link_gen(x, g);
+    srv_conn_set_data(c, g);
+    size_t body_len;
+    srv_conn_body(c, &body_len);
+    if (body_len > ASYNC_BODY_BYTES) {
+        g->tok_state = TOK_RUNNING;
+        g->tok_work.data = g;
+        if (uv_queue_work(x->loop, &g->tok_work, tokenize_work, tokenize_done) == 0) {
+            srv_conn_suspend(c);
+            return;
         }
+        g->tok_state = TOK_NONE; /* cannot queue: do it here */
+    }
+    if (prepare(x, g, &e) != 0 || tokenize_all(x, g, &e) != 0 || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
+}
+
+/* Lengths, sessions (choices 2..n of a prompt fork its state), submission,
+ * then the stream's start or a wait for the whole body. */
+static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e) {
+    int n = g->req.n, prompt_lp = !g->chat && g->req.echo && g->req.logprobs;
+    int mt[g->n_prompts];
+    for (int i = 0; i < g->n_prompts; i++) {
+        if (plan_length(x, g, i, prompt_lp ? 1 : n, &mt[i], e) != 0) return -1;
         g->prompt_tokens += g->n_ids[i];
     }
     uint64_t seed = g->req.has_seed ? g->req.seed : random_seed();
-    g->n_choices = (int)total;
+    g->n_choices = g->n_prompts * n;
     for (int i = 0; i < g->n_choices; i++) {
         srv_choice *ch = &g->choices[i];
         ch->g = g, ch->index = i, ch->prompt_index = i / n;
         srv_text_init(&ch->text, g->req.stop, g->req.stop_len, g->req.n_stop);
-        ch->echo_pending = !chat && g->req.echo;
-        if (g->req.logprobs) ch->lp = srv_resp_logprobs_new(chat);
+        ch->echo_pending = !g->chat && g->req.echo;
+        if (g->req.logprobs) ch->lp = srv_resp_logprobs_new(g->chat);
     }
-    /* Sessions, grouped per prompt so choices 2..n fork the prompt state. */
-    int failed = 0;
-    for (int p = 0; p < g->n_prompts && !failed; p++) {
+    for (int p = 0; p < g->n_prompts; p++) {
         if (mt[p] == 0 && !prompt_lp) {
             for (int k = 0; k < n; k++) choice_done(x, &g->choices[p * n + k], SRV_FINISH_LENGTH);
             continue;
         }
         for (int k = 0; k < n; k++) {
             srv_choice *ch = &g->choices[p * n + k];
-            if (!(ch->sess = make_session(x, g, ch, mt[p], seed))) failed = 1;
+            if (!(ch->sess = make_session(x, g, ch, mt[p], seed))) return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "out of memory");
         }
-        if (failed || prompt_lp || n == 1) continue;
+        if (prompt_lp || n == 1) continue;
         srv_session *lead = g->choices[p * n].sess;
-        if (!(lead->followers = malloc((size_t)(n - 1) * sizeof *lead->followers))) {
-            failed = 1;
-            continue;
-        }
+        if (!(lead->followers = malloc((size_t)(n - 1) * sizeof *lead->followers)))
+            return srv_error_set(e, SRV_ERR_INTERNAL, NULL, "out of memory");
         for (int k = 1; k < n; k++) {
             srv_session *f = g->choices[p * n + k].sess;
             f->leader = lead;
             lead->followers[lead->n_followers++] = f;
         }
     }
-    free(mt);
-    if (failed) {
-        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory");
-        goto fail;
-    }
     for (int i = 0; i < g->n_choices; i++) {
         srv_session *s = g->choices[i].sess;
         if (!s || s->leader) continue;
         if (srv_sched_submit(x->sched, s) != 0) {
             srv_metrics_add(&x->metrics, SRV_C_REJECTED, 1);
-            srv_error_set(&e, SRV_ERR_OVERLOADED, NULL, "the server is at capacity (%d sequences running or queued); retry later",
-                          x->cfg.max_sessions + x->cfg.queue_len);
-            goto fail; /* gen_free cancels what was submitted */
+            return srv_error_set(e, SRV_ERR_OVERLOADED, NULL, "the server is at capacity (%d sequences running or queued); retry later",
+                                 x->cfg.max_sessions + x->cfg.queue_len); /* gen_free cancels what was submitted */
         }
     }
     srv_metrics_add(&x->metrics, SRV_C_PROMPT_TOKENS, (uint64_t)g->prompt_tokens);
-    link_gen(x, g);
-    srv_conn_set_data(c, g);
+    g->started = 1;
     if (g->req.stream) {
-        srv_conn_stream_start(c, 200, "text/event-stream");
-        if (chat) { /* the first chunk of each choice carries the role */
+        srv_conn_stream_start(g->conn, 200, "text/event-stream");
+        if (g->chat) { /* the first chunk of each choice carries the role */
             srv_buf out = {0};
             for (int i = 0; i < g->n_choices; i++) srv_resp_chunk(g, &g->choices[i], "", 0, 1, 0, &out);
-            srv_conn_write(c, out.p, out.len);
+            srv_conn_write(g->conn, out.p, out.len);
             srv_buf_free(&out);
         }
         emit(x, g);
     } else if (g->n_done == g->n_choices) {
         g->complete = 1;
-        srv_gen_resume(x, c, g);
+        srv_gen_resume(x, g->conn, g);
     } else {
-        srv_conn_suspend(c);
+        srv_conn_suspend(g->conn);
     }
     g->dirty = 0;
-    return;
-fail:
-    reply_error(x, c, &e);
-    gen_free(g);
+    return 0;
 }
 
 /* Writes what the choices have for a stream; finishes a complete request. */
@@ -296,19 +370,22 @@ static void emit(srv_ctx *x, srv_gen *g) {
         }
         return;
     }
-    srv_buf out = {0};
-    for (int i = 0; i < g->n_choices; i++) {
-        srv_choice *ch = &g->choices[i];
-        int has_lp = ch->lp && json_array_size(json_object_get(ch->lp, g->chat ? "content" : "tokens")) > 0;
-        if (ch->reported || (!ch->out.len && !has_lp && !ch->done && !ch->echo_pending)) continue;
-        if (ch->echo_pending && !has_lp && ch->sess && ch->sess->prompt_logprobs) continue; /* wait for the prompt's logprobs */
-        srv_buf text = {0};
-        if (ch->echo_pending) srv_resp_echo_text(g, ch, &text), ch->echo_pending = 0;
-        srv_buf_append(&text, ch->out.p, ch->out.len);
-        srv_buf_reset(&ch->out);
-        if (ch->done && g->err.kind == SRV_ERR_NONE) ch->reported = 1;
-        if (text.len || has_lp || ch->reported) srv_resp_chunk(g, ch, text.p, text.len, 0, ch->reported, &out);
-        srv_buf_free(&text);
+    /* the events built token by token first, then what the choices still hold */
+    srv_buf out = g->events;
+    memset(&g->events, 0, sizeof g->events);
+    for (int i = 0; i < g->n_choices; i++) stream_choice(g, &g->choices[i], &out);
+    if (out.oom) {
+        /* Out of memory building this stream's events: end it with an error
+         * event (a static one, needing no allocation); the others go on. */
+        static const char oom[] = "data: {\"error\":{\"message\":\"out of memory building the stream\",\"type\":"
+                                  "\"server_error\",\"param\":null,\"code\":\"internal_error\"}}\n\ndata: [DONE]\n\n";
+        srv_buf_free(&out);
+        srv_log(SRV_LOG_ERROR, "%s: out of memory building stream events; ending the stream", g->id);
+        for (int i = 0; i < g->n_choices; i++) choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED);
+        g->complete = 1;
+        srv_conn_write(g->conn, oom, sizeof oom - 1);
+        srv_conn_end(g->conn);
+        return;
     }
     if (g->n_done == g->n_choices) {
         if (g->err.kind != SRV_ERR_NONE) {
@@ -327,6 +404,24 @@ static void emit(srv_ctx *x, srv_gen *g) {
 }
 
 void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g) {
+    if (g->tok_state == TOK_RUNNING) {
+        if (g->err.kind != SRV_ERR_NONE) { /* drained while tokenizing */
+            g->complete = 1;
+            reply_error(x, c, &g->err);
+            return;
+        }
+        srv_conn_suspend(c);
+        return;
+    }
+    if (g->tok_state == TOK_DONE && !g->started && !g->failed) {
+        g->tok_state = TOK_NONE;
+        srv_error e = {0};
+        if (g->err.kind != SRV_ERR_NONE) e = g->err;
+        else if (g->tok_rc != 0) e = g->tok_err;
+        if (e.kind != SRV_ERR_NONE || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
+        return;
+    }
+    if (g->failed) return;
     if (!g->complete) {
         srv_conn_suspend(c); /* woken early: keep waiting */
         return;
@@ -357,7 +452,7 @@ static void take_session(srv_ctx *x, srv_session *s) {
         double w = srv_sched_admitted_at(x->sched, s);
         if (w >= 0) srv_metrics_observe(&x->metrics, SRV_H_QUEUE, w);
     }
-    char raw[512];
+    char raw[256], *bytes = raw;
     for (int i = 0; i < n && !ch->done; i++) {
         const srv_event *e = &ev[i];
         if (e->kind == SRV_EV_PROMPT) {
@@ -375,8 +470,22 @@ static void take_session(srv_ctx *x, srv_session *s) {
         if (e->kind == SRV_EV_EOS) continue; /* ends the text; fin says STOP */
         srv_resp_logprobs_add(g, ch, e);
         int nb = latent_tokenizer_token_bytes(x->model.tok, e->token, raw, sizeof raw);
-        if (nb > (int)sizeof raw) nb = (int)sizeof raw;
-        if (nb > 0 && srv_text_feed(&ch->text, raw, (size_t)nb, &ch->out)) choice_done(x, ch, SRV_FINISH_STOP);
+        if (nb > (int)sizeof raw) { /* a token longer than the buffer: its whole bytes, never a cut */
+            bytes = malloc((size_t)nb);
+            if (!bytes || latent_tokenizer_token_bytes(x->model.tok, e->token, bytes, nb) != nb) {
+                free(bytes);
+                bytes = raw;
+                srv_error_set(&g->err, SRV_ERR_INTERNAL, NULL, "out of memory decoding a token of %d bytes", nb);
+                choice_done(x, ch, SRV_FINISH_ERROR);
+                break;
+            }
+        }
+        if (nb > 0 && srv_text_feed(&ch->text, bytes, (size_t)nb, &ch->out)) choice_done(x, ch, SRV_FINISH_STOP);
+        if (bytes != raw) free(bytes), bytes = raw;
+        /* Streams get one event per token: whatever this token released
+         * (held-back UTF-8 or stop-string text goes with the token that
+         * releases it) and exactly its logprob entry. */
+        if (g->req.stream && !ch->done) stream_choice(g, ch, &g->events);
     }
     if (!ch->done && fin != SRV_FINISH_NONE) {
         if (fin == SRV_FINISH_ERROR || fin == SRV_FINISH_CANCELLED) {
@@ -443,12 +552,16 @@ void srv_gen_abort(srv_ctx *x, srv_gen *g) {
 }
 
 void srv_gen_close(srv_ctx *x, srv_gen *g) {
-    if (!g->aborted) {
+    if (!g->aborted && !g->failed) {
         int tokens = 0;
         for (int i = 0; i < g->n_choices; i++) tokens += g->choices[i].n_tokens;
         srv_metrics_add(&x->metrics, SRV_C_COMPLETION_TOKENS, (uint64_t)tokens);
         srv_metrics_observe(&x->metrics, SRV_H_E2E, srv_now() - g->t_start);
     }
     unlink_gen(x, g);
+    if (g->tok_state == TOK_RUNNING) { /* the thread pool still writes g: tokenize_done frees it */
+        g->close_pending = 1;
+        return;
+    }
     gen_free(g);
 }

@@ -6,6 +6,7 @@
 #define SRV_GENERATE_H
 
 #include <jansson.h>
+#include <uv.h>
 
 #include "buf.h"
 #include "errors.h"
@@ -49,6 +50,14 @@ struct srv_gen {
     srv_error err;            /* err.kind != NONE: the request ended in this error */
     int aborted;
     int dirty;
+    int failed;               /* answered with an error before generating */
+    int started;              /* sessions submitted */
+    enum { TOK_NONE = 0, TOK_RUNNING, TOK_DONE } tok_state; /* prompts tokenizing on the thread pool */
+    uv_work_t tok_work;
+    int tok_rc;
+    srv_error tok_err;
+    int close_pending;        /* the connection closed while tokenizing: free when done */
+    srv_buf events;           /* streaming: SSE events built token by token, not yet written */
     double t_start;
     srv_gen *prev, *next;
 };

@@ -92,7 +92,7 @@ int srv_http_listen(const char *host, int port, const char *unix_path, char *des
     int fd;
     if (unix_path && *unix_path) {
         struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        if (strlen(unix_path) >= sizeof sa.sun_path) return latent_err_set(err, "unix socket path %s is too long", unix_path);
+        if (strlen(unix_path) >= sizeof sa.sun_path) return latent_err_set(err, LATENT_E_INVALID, "unix socket path %s is too long", unix_path);
         strcpy(sa.sun_path, unix_path);
         struct stat st;
         if (lstat(unix_path, &st) == 0 && S_ISSOCK(st.st_mode)) unlink(unix_path); /* a stale socket */
@@ -100,7 +100,7 @@ int srv_http_listen(const char *host, int port, const char *unix_path, char *des
         if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
             int e = errno;
             if (fd >= 0) close(fd);
-            return latent_err_set(err, "cannot listen on unix socket %s: %s", unix_path, strerror(e));
+            return latent_err_set(err, LATENT_E_IO, "cannot listen on unix socket %s: %s", unix_path, strerror(e));
         }
         snprintf(desc, cap, "unix:%s", unix_path);
         return fd;
@@ -110,7 +110,7 @@ int srv_http_listen(const char *host, int port, const char *unix_path, char *des
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     int rc = getaddrinfo(host && *host ? host : NULL, ps, &hints, &res);
-    if (rc != 0) return latent_err_set(err, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+    if (rc != 0) return latent_err_set(err, LATENT_E_IO, "cannot resolve host '%s': %s", host, gai_strerror(rc));
     int e = 0;
     fd = -1;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
@@ -127,7 +127,7 @@ int srv_http_listen(const char *host, int port, const char *unix_path, char *des
         fd = -1;
     }
     freeaddrinfo(res);
-    if (fd < 0) return latent_err_set(err, "cannot listen on %s:%d: %s", host, port, strerror(e));
+    if (fd < 0) return latent_err_set(err, LATENT_E_IO, "cannot listen on %s:%d: %s", host, port, strerror(e));
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     char hs[NI_MAXHOST] = "?", sv[NI_MAXSERV] = "?";
@@ -367,7 +367,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 srv_http *srv_http_start(uv_loop_t *loop, const srv_http_opts *o, const srv_http_cbs *cbs, void *ud, latent_err *err) {
     srv_http *h = calloc(1, sizeof *h);
     if (!h) {
-        latent_err_set(err, "http: out of memory");
+        latent_err_set(err, LATENT_E_NOMEM, "http: out of memory");
         return NULL;
     }
     h->loop = loop, h->o = *o, h->cbs = *cbs, h->ud = ud, h->listen_fd = o->listen_fd;
@@ -379,14 +379,14 @@ srv_http *srv_http_start(uv_loop_t *loop, const srv_http_opts *o, const srv_http
                             (unsigned int)o->timeout_s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
     if (!h->d) {
         free(h);
-        latent_err_set(err, "http: cannot start libmicrohttpd (epoll, suspend/resume)");
+        latent_err_set(err, LATENT_E_IO, "http: cannot start libmicrohttpd (epoll, suspend/resume)");
         return NULL;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
     if (!di || uv_poll_init(loop, &h->poll, di->epoll_fd) != 0) {
         MHD_stop_daemon(h->d);
         free(h);
-        latent_err_set(err, "http: cannot watch libmicrohttpd's epoll fd");
+        latent_err_set(err, LATENT_E_IO, "http: cannot watch libmicrohttpd's epoll fd");
         return NULL;
     }
     h->poll.data = h;

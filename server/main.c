@@ -48,17 +48,19 @@ static void load_work(uv_work_t *w) {
     x->load_rc = latent_model_load(&x->model, x->cfg.model_dir, &x->load_err);
     if (x->load_rc == 0 && !x->model.tok) {
         x->load_rc = -1;
-        latent_err_set(&x->load_err, "%s has no tokenizer.json (the server needs one)", x->cfg.model_dir);
+        latent_err_set(&x->load_err, LATENT_E_INVALID, "%s has no tokenizer.json (the server needs one)", x->cfg.model_dir);
     }
     if (x->load_rc != 0) return;
     srv_sched_opts o = {.pool_bytes = (size_t)x->cfg.kv_pool_mib << 20, .page_tokens = x->cfg.page_tokens,
                         .max_sessions = x->cfg.max_sessions, .queue_len = x->cfg.queue_len,
                         .step_tokens = x->cfg.step_tokens, .prefill_chunk = x->cfg.prefill_chunk,
                         .cache_entries = x->cfg.prefix_cache};
+    latent_precision_parse(x->cfg.precision, &o.engine.precision); /* checked by the settings table */
+    o.kv_dtype = x->cfg.kv_dtype;
     latent_err err;
     if (!(x->loaded_sched = srv_sched_new(&x->model, &o, &err))) {
         x->load_rc = -1;
-        latent_err_set(&x->load_err, "cannot start the scheduler: %s", err.msg);
+        latent_err_set(&x->load_err, LATENT_E_IO, "cannot start the scheduler: %s", err.msg);
     }
 }
 
@@ -86,11 +88,13 @@ static void load_done(uv_work_t *w, int status) {
     srv_sched_stats st;
     srv_sched_get_stats(x->sched, &st);
     srv_log(SRV_LOG_INFO, "model %s loaded as '%s': %s, d %d, %d layers, vocab %d, context %d; chat template %s; "
-                          "KV pool %d pages of %d tokens (%ld MiB); %d engine threads; %.1f MiB of unpacked weights released",
+                          "KV pool %d pages of %d tokens (%ld MiB, %s); %d engine threads; precision %s, kernels %s; "
+                          "%.1f MiB of weights held, %.1f MiB of unpacked weights released",
             x->cfg.model_dir, x->served_name,
             c->rec == LATENT_REC_T2MLR ? "T2MLR" : c->rec == LATENT_REC_LRT ? "LRT" : "Llama", c->d, c->n_layers, c->vocab,
-            c->max_pos, srv_tmpl_name(x->tmpl.kind), srv_sched_pool_pages(x->sched), x->cfg.page_tokens, x->cfg.kv_pool_mib,
-            latent_get_threads(), st.released_weight_bytes / 1048576.0);
+            c->max_pos, srv_tmpl_name(x->tmpl.kind), srv_sched_pool_pages(x->sched), x->cfg.page_tokens, x->cfg.kv_pool_mib, latent_kv_dtype_name(st.kv_dtype),
+            latent_get_threads(), latent_precision_name(st.precision), latent_kernel_path(), st.weight_bytes / 1048576.0,
+            st.released_weight_bytes / 1048576.0);
     srv_sdnotify("READY=1\nSTATUS=serving");
 }
 

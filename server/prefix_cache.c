@@ -17,22 +17,20 @@ void srv_cache_free(srv_prefix_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* Common prefix of s's cached tokens and ids, counting only tokens cached
- * with the same control flow (a recurrent prompt token and a generated one
- * leave different states). */
-static int common(const latent_seq *s, const int32_t *ids, int n, int n_prompt, uint8_t flow) {
-    int i = 0;
-    while (i < n && i < s->n_pos && s->tokens[i] == ids[i] && s->flows[i] == (i < n_prompt ? flow : 2)) i++;
-    return i;
-}
-
+/* The request's control flow: its prompt tokens run with `flow`, the
+ * tokens it generated (and feeds back) recurrent. */
 int srv_cache_match(const srv_prefix_cache *c, const int32_t *ids, int n, int n_prompt, uint8_t flow, int *entry) {
     int best = 0;
     *entry = -1;
+    if (c->n == 0 || n <= 0) return 0;
+    uint8_t *flows = malloc((size_t)n);
+    if (!flows) return 0; /* no reuse: the request is prefilled in full */
+    for (int i = 0; i < n; i++) flows[i] = i < n_prompt ? flow : 2;
     for (int i = 0; i < c->n; i++) {
-        int k = common(&c->entries[i].seq, ids, n, n_prompt, flow);
+        int k = latent_seq_common_prefix(&c->entries[i].seq, ids, flows, n);
         if (k > best || (k == best && k > 0 && c->entries[i].last_used > c->entries[*entry].last_used)) best = k, *entry = i;
     }
+    free(flows);
     return best;
 }
 
@@ -50,8 +48,7 @@ void srv_cache_insert(srv_prefix_cache *c, latent_seq *seq) {
     }
     for (int i = 0; i < c->n; i++) {
         latent_seq *e = &c->entries[i].seq;
-        int k = 0;
-        while (k < e->n_pos && k < seq->n_pos && e->tokens[k] == seq->tokens[k] && e->flows[k] == seq->flows[k]) k++;
+        int k = latent_seq_common_prefix(e, seq->tokens, seq->flows, seq->n_pos);
         if (k == seq->n_pos) { /* already covered */
             latent_seq_free(seq);
             srv_cache_touch(c, i);

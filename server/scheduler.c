@@ -100,19 +100,27 @@ int srv_sched_group_pages(const srv_sched *s, int n_prompt, int max_tokens, int 
 srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_err *err) {
     srv_sched *s = calloc(1, sizeof *s);
     if (!s) {
-        latent_err_set(err, "scheduler: out of memory");
+        latent_err_set(err, LATENT_E_NOMEM, "scheduler: out of memory");
         return NULL;
     }
     s->m = m, s->cfg = &m->cfg, s->o = *o;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (latent_kv_pool_init(&s->pool, &m->cfg, o->page_tokens, o->pool_bytes, err) != 0) goto fail;
-    if (!(s->eng = latent_engine_new(m, err))) goto fail;
+    latent_kv_dtype kvd;
+    if (latent_kv_dtype_choose(o->kv_dtype ? o->kv_dtype : "auto", latent_precision_resolve(m, o->engine.precision), &kvd) != 0) {
+        latent_err_set(err, LATENT_E_INVALID, "kv-dtype must be auto, f32 or bf16 (got '%s')", o->kv_dtype);
+        goto fail;
+    }
+    if (latent_kv_pool_init(&s->pool, &m->cfg, o->page_tokens, o->pool_bytes, kvd, err) != 0) goto fail;
+    if (!(s->eng = latent_engine_new_opts(m, &o->engine, err))) goto fail;
     /* The daemon uses the model only through this engine: one copy of the
      * weights (the packed one) is enough. */
     s->stats.released_weight_bytes = latent_engine_release_unpacked(s->eng);
+    s->stats.weight_bytes = latent_engine_weight_bytes(s->eng);
+    s->stats.precision = latent_engine_precision(s->eng);
+    s->stats.kv_dtype = s->pool.dtype;
     if (srv_cache_init(&s->cache, o->cache_entries) != 0) {
-        latent_err_set(err, "scheduler: out of memory");
+        latent_err_set(err, LATENT_E_NOMEM, "scheduler: out of memory");
         goto fail;
     }
     s->n_scratch = latent_get_threads();
@@ -123,7 +131,7 @@ srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_
     s->stats.pages_total = s->stats.pages_free = s->pool.n_pages;
     return s;
 oom:
-    latent_err_set(err, "scheduler: out of memory");
+    latent_err_set(err, LATENT_E_NOMEM, "scheduler: out of memory");
 fail:
     srv_sched_free(s);
     return NULL;
@@ -134,7 +142,7 @@ static void *step_main(void *arg);
 int srv_sched_start(srv_sched *s, srv_sched_wake_fn wake, srv_sched_step_fn on_step, void *arg, latent_err *err) {
     s->wake = wake, s->on_step = on_step, s->arg = arg;
     s->beat = now_s();
-    if (pthread_create(&s->th, NULL, step_main, s) != 0) return latent_err_set(err, "scheduler: cannot start the step thread");
+    if (pthread_create(&s->th, NULL, step_main, s) != 0) return latent_err_set(err, LATENT_E_IO, "scheduler: cannot start the step thread");
     s->started = 1;
     return 0;
 }
@@ -265,8 +273,7 @@ static void fail(srv_sched *s, srv_session *x, const char *msg) {
     pthread_mutex_lock(&s->mu);
     snprintf(x->err, sizeof x->err, "%.150s", msg);
     pthread_mutex_unlock(&s->mu);
-    latent_seq_free(&x->seq); /* not cached: its state may be half-written */
-    finish(s, x, SRV_FINISH_ERROR);
+    finish(s, x, SRV_FINISH_ERROR); /* a failed step left its sequence as it was: cacheable */
 }
 
 /* The leader x leaves before its followers forked: the first follower still
@@ -440,7 +447,8 @@ static void admit(srv_sched *s) {
         } else if (entry >= 0) {
             latent_err err;
             int got = latent_seq_fork(&g->seq, &s->cache.entries[entry].seq, keep, &err);
-            if (got < 0) {
+            if (got < 0) { /* no page for the partial copy: prefill it all instead */
+                if (err.code != LATENT_E_KV_FULL) srv_log(SRV_LOG_WARN, "prefix reuse failed: %s", err.msg);
                 latent_seq_free(&g->seq);
                 latent_seq_init(&g->seq, &s->pool, s->cfg, NULL);
             } else {
@@ -657,7 +665,7 @@ static void run_step(srv_sched *s) {
     if (s->on_step) s->on_step(s->arg, dt, rows);
     if (rc != 0) {
         s->failed_steps++;
-        srv_log(SRV_LOG_ERROR, "engine step of %d rows failed: %s", rows, err.msg);
+        srv_log(SRV_LOG_ERROR, "engine step of %d rows failed (%s): %s", rows, latent_err_name(err.code), err.msg);
         for (int i = 0; i < n; i++) fail(s, s->entry_sess[i], err.msg);
         return;
     }

@@ -32,6 +32,8 @@ typedef struct srv_sched_opts {
     int step_tokens;          /* token rows per step */
     int prefill_chunk;        /* prompt tokens per session per step while others decode */
     int cache_entries;        /* prefix cache size (0 = off) */
+    latent_engine_opts engine;
+    const char *kv_dtype;     /* "auto" (follows the precision), "f32" or "bf16" */
 } srv_sched_opts;
 
 typedef struct srv_sched_stats {
@@ -39,6 +41,9 @@ typedef struct srv_sched_stats {
     int pages_total, pages_free, pages_cached, cache_entries;
     long long prefill_tokens, reused_tokens, generated_tokens, failed_steps, preemptions;
     size_t released_weight_bytes; /* the model's copies the engine repacked, given back at start */
+    size_t weight_bytes;      /* weights the engine reads (latent_engine_weight_bytes) */
+    latent_precision precision; /* what the engine computes in */
+    latent_kv_dtype kv_dtype;   /* what the KV pool stores */
     latent_engine_stats engine;
 } srv_sched_stats;
 

@@ -58,29 +58,29 @@ int srv_socket_activation_take(int *fd_out, char *desc, size_t cap, latent_err *
     }
     long pid = parse_count(pid_s), n = parse_count(fds_s);
     unset_env(); /* pid_s and fds_s are not read after this */
-    if (pid <= 0 || n < 0) return latent_err_set(err, "socket activation: LISTEN_PID and LISTEN_FDS must be numbers");
+    if (pid <= 0 || n < 0) return latent_err_set(err, LATENT_E_INVALID, "socket activation: LISTEN_PID and LISTEN_FDS must be numbers");
     if (pid != (long)getpid()) return 0; /* meant for another process */
     if (n == 0) return 0;
     if (n > 1)
-        return latent_err_set(err, "socket activation: %ld sockets passed, latentd serves one "
+        return latent_err_set(err, LATENT_E_INVALID, "socket activation: %ld sockets passed, latentd serves one "
                                    "(give latentd.socket a single ListenStream=)", n);
     int fd = LISTEN_FDS_START;
     int fdflags = fcntl(fd, F_GETFD), flflags = fcntl(fd, F_GETFL);
     if (fdflags < 0 || flflags < 0)
-        return latent_err_set(err, "socket activation: fd %d is not open: %s", fd, strerror(errno));
+        return latent_err_set(err, LATENT_E_IO, "socket activation: fd %d is not open: %s", fd, strerror(errno));
     struct stat st;
     int type = 0, listening = 0;
     socklen_t len = sizeof type;
     if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
-        return latent_err_set(err, "socket activation: fd %d is not a socket", fd);
+        return latent_err_set(err, LATENT_E_INVALID, "socket activation: fd %d is not a socket", fd);
     if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM)
-        return latent_err_set(err, "socket activation: fd %d is not a stream socket (use ListenStream=)", fd);
+        return latent_err_set(err, LATENT_E_INVALID, "socket activation: fd %d is not a stream socket (use ListenStream=)", fd);
     len = sizeof listening;
     if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening)
-        return latent_err_set(err, "socket activation: fd %d is not a listening socket "
+        return latent_err_set(err, LATENT_E_INVALID, "socket activation: fd %d is not a listening socket "
                                    "(a connection: latentd needs Accept=no)", fd);
     if (fcntl(fd, F_SETFD, fdflags | FD_CLOEXEC) != 0 || fcntl(fd, F_SETFL, flflags | O_NONBLOCK) != 0)
-        return latent_err_set(err, "socket activation: cannot set the flags of fd %d: %s", fd, strerror(errno));
+        return latent_err_set(err, LATENT_E_IO, "socket activation: cannot set the flags of fd %d: %s", fd, strerror(errno));
     describe(fd, desc, cap);
     *fd_out = fd;
     return 1;

@@ -14,6 +14,7 @@ int cmd_tokenize_file(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_cpu(int argc, char **argv);
 
 /* Prints "latent: <msg>" to stderr; returns 2 (the exit code of usage errors). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -24,5 +25,8 @@ int cli_parse_double(const char *s, double lo, double hi, double *out);
 int cli_parse_ids(const char *s, int32_t **out);
 /* True when argv[i] is `name` and a value follows it (advances *i). */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
+/* --precision auto|f32|bf16 into o->precision (exits 2 on a bad value). */
+struct latent_engine_opts;
+int cli_precision_opt(int argc, char **argv, int *i, struct latent_engine_opts *o);
 
 #endif

@@ -11,12 +11,13 @@
 #include "latent/engine.h"
 #include "latent/kv.h"
 #include "latent/model.h"
-#include "latent/ops.h"
+#include "kernels/kernels.h"
 #include "latent/threads.h"
 
 static const char *help =
     "usage: latent bench [--model DIR] [--kinds plain,t2mlr,lrt] [--threads N] [--kernels]\n"
     "                    [--prefill N] [--decode N] [--batches 1,8,32,64] [--rounds R]\n"
+    "                    [--precision f32,bf16]\n"
     "\n"
     "Measures prefill tokens/s (one sequence of --prefill tokens, default 512,\n"
     "and four such sequences prefilling together),\n"
@@ -33,7 +34,10 @@ static const char *help =
     "--kernels instead times the engine's matrix kernel against OpenBLAS on one\n"
     "1536x576 weight at 1, 8, 32 and 512 rows (with --threads 1: per core),\n"
     "then single rows through 40 such weights (140 MB, read from memory as in\n"
-    "batch-1 decoding) in GB/s.\n";
+    "batch-1 decoding) in GB/s, each in F32 and in bf16.\n"
+    "--precision runs every model in each listed precision (auto, f32, bf16;\n"
+    "default auto: the checkpoint's, F32 for the standard model), one table\n"
+    "each, with the bytes of weights the engine holds.\n";
 
 static double now_s(void) {
     struct timespec ts;
@@ -84,9 +88,14 @@ static int argmax(const float *x, int n) {
 }
 
 /* Prefill of n_seqs prompts of n tokens each, in one step; tokens/s. */
+static latent_kv_dtype kv_for(const latent_engine *eng) {
+    return latent_engine_precision(eng) == LATENT_PRECISION_BF16 ? LATENT_KV_BF16 : LATENT_KV_F32;
+}
+
 static int bench_prefill(latent_engine *eng, const latent_model *m, int n, int n_seqs, figure *out, latent_err *err) {
     latent_kv_pool pool;
-    if (latent_kv_pool_init(&pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16) * (n / 16 + 2) * n_seqs, err) != 0)
+    latent_kv_dtype kvd = kv_for(eng);
+    if (latent_kv_pool_init(&pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16, kvd) * (n / 16 + 2) * n_seqs, kvd, err) != 0)
         return -1;
     latent_seq *seqs = calloc(n_seqs, sizeof *seqs);
     latent_batch_entry *es = calloc(n_seqs, sizeof *es);
@@ -131,14 +140,15 @@ static int decode_set_start(decode_set *d, latent_engine *eng, const latent_mode
     const int prompt = 32, V = m->cfg.vocab;
     memset(d, 0, sizeof *d);
     int per_seq = (prompt + steps) / 16 + 2;
-    if (latent_kv_pool_init(&d->pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16) * per_seq * B, err) != 0) return -1;
+    latent_kv_dtype kvd = kv_for(eng);
+    if (latent_kv_pool_init(&d->pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16, kvd) * per_seq * B, kvd, err) != 0) return -1;
     d->seqs = calloc(B, sizeof *d->seqs);
     d->tok = malloc((size_t)B * prompt * sizeof *d->tok), d->next = malloc(B * sizeof *d->next);
     d->logits = malloc((size_t)B * V * sizeof(float));
     d->es = calloc(B, sizeof *d->es);
     d->times = malloc(steps * sizeof *d->times);
     if (!d->seqs || !d->tok || !d->next || !d->logits || !d->es || !d->times)
-        return latent_err_set(err, "bench: out of memory for %d sequences", B);
+        return latent_err_set(err, LATENT_E_NOMEM, "bench: out of memory for %d sequences", B);
     for (int b = 0; b < B; b++) {
         if (latent_seq_init(&d->seqs[b], &d->pool, &m->cfg, err) != 0) return -1;
         for (int i = 0; i < prompt; i++) d->tok[b * prompt + i] = (b * 131 + i * 17 + 3) % V;
@@ -204,13 +214,15 @@ static void keep_best(figure *best, const figure *f) {
 
 /* One model, each figure the best of `rounds`. Prefill alternates whole runs
  * with recurrence on and off; decoding interleaves their steps (bench_decode). */
-static int bench_model(const char *name, const latent_model *m, int prefill, int decode, const int *batches,
-                       int n_batches, int rounds) {
+static int bench_model(const char *name, const latent_model *m, latent_precision precision, int prefill, int decode,
+                       const int *batches, int n_batches, int rounds) {
     latent_err err;
-    latent_engine *eng = latent_engine_new(m, &err);
+    latent_engine_opts eo = {.precision = precision};
+    latent_engine *eng = latent_engine_new_opts(m, &eo, &err);
     if (!eng) return cli_fail("%s", err.msg);
     int recurrent = m->cfg.rec != LATENT_REC_NONE;
-    printf("\n== %s ==\n", name);
+    printf("\n== %s, %s (kernels: %s; weights held: %.1f MB) ==\n", name, latent_precision_name(latent_engine_precision(eng)),
+           latent_kernel_path(), latent_engine_weight_bytes(eng) / 1e6);
     printf("%-22s %12s %10s %10s", "measure", "tokens/s", "p50 ms", "p99 ms");
     if (recurrent) printf(" %12s %10s %8s", "backbone t/s", "bb p50 ms", "ratio");
     printf("\n");
@@ -278,20 +290,26 @@ static int bench_kernels_streaming(void) {
         free(w), free(x), free(y), free(ls);
         return cli_fail("bench: out of memory");
     }
-    double best[2] = {1e9, 1e9};
+    latent_linear *lb = calloc(STREAM_MATS, sizeof *lb);
+    int made_b = 0;
+    while (lb && made_b < STREAM_MATS && latent_linear_init_bf16(&lb[made_b], w + per * made_b, out, in) == 0) made_b++;
+    double best[3] = {1e9, 1e9, 1e9};
     for (int r = 0; r < 10; r++)
-        for (int which = 0; which < 2; which++) {
+        for (int which = 0; which < (made_b == STREAM_MATS ? 3 : 2); which++) {
             double t0 = now_s();
             for (int i = 0; i < STREAM_MATS; i++) {
-                if (which == 0) linear_forward(y, x, &ls[i], 1);
-                else matmul_forward(y, x, w + per * i, 1, in, out);
+                if (which == 0) latent_linear_forward(y, x, &ls[i], 1);
+                else if (which == 1) latent_matmul_forward(y, x, w + per * i, 1, in, out);
+                else latent_linear_forward(y, x, &lb[i], 1);
             }
             double t = now_s() - t0;
             if (t < best[which]) best[which] = t;
         }
     double bytes = (double)per * STREAM_MATS * sizeof(float);
-    printf("%-22s %14.1f %14.1f   (GB/s of weights read)\n", "rows 1, 40 weights", bytes / best[0] / 1e9,
-           bytes / best[1] / 1e9);
+    printf("%-22s %14.1f %14.1f %14.1f   (GB/s of weights read: engine F32, OpenBLAS, engine bf16)\n",
+           "rows 1, 40 weights", bytes / best[0] / 1e9, bytes / best[1] / 1e9, bytes / 2 / best[2] / 1e9);
+    for (int i = 0; i < made_b; i++) latent_linear_free(&lb[i]);
+    free(lb);
     for (int i = 0; i < STREAM_MATS; i++) latent_linear_free(&ls[i]);
     free(w), free(x), free(y), free(ls);
     return 0;
@@ -303,33 +321,36 @@ static int bench_kernels(void) {
     const int out = 1536, in = 576, rows[] = {1, 8, 32, 512};
     float *w = malloc((size_t)out * in * sizeof(float)), *x = malloc((size_t)512 * in * sizeof(float));
     float *y = malloc((size_t)512 * out * sizeof(float));
-    latent_linear l;
+    latent_linear l, lb = {0};
     if (w && x)
         for (size_t i = 0; i < (size_t)out * in; i++) w[i] = rand_uniform_pm1();
     if (w && x)
         for (size_t i = 0; i < (size_t)512 * in; i++) x[i] = rand_uniform_pm1();
-    if (!w || !x || !y || latent_linear_init(&l, w, out, in) != 0) {
+    if (!w || !x || !y || latent_linear_init(&l, w, out, in) != 0 || latent_linear_init_bf16(&lb, w, out, in) != 0) {
         free(w), free(x), free(y);
         return cli_fail("bench: out of memory");
     }
-    printf("%-22s %14s %14s\n", "matrix 1536x576", "engine GFLOP/s", "OpenBLAS GFLOP/s");
+    printf("kernel path: %s (detected %s)\n", latent_kernel_path(), latent_isa_name(latent_isa_detected()));
+    printf("%-22s %14s %14s %14s\n", "matrix 1536x576", "engine GFLOP/s", "OpenBLAS GFLOP/s", "bf16 GFLOP/s");
     for (int k = 0; k < 4; k++) {
-        double best[2] = {1e9, 1e9};
+        double best[3] = {1e9, 1e9, 1e9};
         for (int r = 0; r < 20; r++)
-            for (int which = 0; which < 2; which++) {
+            for (int which = 0; which < 3; which++) {
                 double t0 = now_s();
-                if (which == 0) linear_forward(y, x, &l, rows[k]);
-                else matmul_forward(y, x, w, rows[k], in, out);
+                if (which == 0) latent_linear_forward(y, x, &l, rows[k]);
+                else if (which == 1) latent_matmul_forward(y, x, w, rows[k], in, out);
+                else latent_linear_forward(y, x, &lb, rows[k]);
                 double t = now_s() - t0;
                 if (t < best[which]) best[which] = t;
             }
         double flop = 2.0 * rows[k] * out * in;
         char label[32];
         snprintf(label, sizeof label, "rows %d", rows[k]);
-        printf("%-22s %14.1f %14.1f\n", label, flop / best[0] / 1e9, flop / best[1] / 1e9);
+        printf("%-22s %14.1f %14.1f %14.1f\n", label, flop / best[0] / 1e9, flop / best[1] / 1e9, flop / best[2] / 1e9);
     }
-    if (!l.packed) printf("(no AVX-512 here: the engine uses OpenBLAS for both)\n");
+    if (!l.packed) printf("(no AVX-512 here: the engine's F32 products use OpenBLAS)\n");
     latent_linear_free(&l);
+    latent_linear_free(&lb);
     free(w), free(x), free(y);
     return bench_kernels_streaming();
 }
@@ -350,6 +371,8 @@ int cmd_bench(int argc, char **argv) {
     const char *dir = NULL, *kinds = "plain,t2mlr,lrt", *v;
     int kernels = 0;
     long threads = 0, prefill = 512, decode = 64, rounds = 3;
+    latent_precision precs[3] = {LATENT_PRECISION_AUTO};
+    int n_precs = 1;
     int batches[16] = {1, 8, 32, 64}, n_batches = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -361,6 +384,16 @@ int cmd_bench(int argc, char **argv) {
             continue;
         }
         if (cli_opt(argc, argv, &i, "--model", &dir) || cli_opt(argc, argv, &i, "--kinds", &kinds)) continue;
+        if (cli_opt(argc, argv, &i, "--precision", &v)) {
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", v);
+            n_precs = 0;
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
+                if (n_precs == 3 || latent_precision_parse(tok, &precs[n_precs++]) != 0)
+                    return cli_fail("bench: --precision must list auto, f32 or bf16 (got '%s')", v);
+            if (n_precs == 0) return cli_fail("bench: --precision needs a value");
+            continue;
+        }
         if (cli_opt(argc, argv, &i, "--threads", &v)) {
             if (cli_parse_long(v, 1, 256, &threads) != 0) return cli_fail("bench: --threads must be 1..256");
             continue;
@@ -395,7 +428,9 @@ int cmd_bench(int argc, char **argv) {
             cli_fail("%s", err.msg);
             return 1;
         }
-        int rc = bench_model(dir, &m, (int)prefill, (int)decode, batches, n_batches, (int)rounds);
+        int rc = 0;
+        for (int p = 0; p < n_precs && rc == 0; p++)
+            rc = bench_model(dir, &m, precs[p], (int)prefill, (int)decode, batches, n_batches, (int)rounds);
         latent_model_free(&m);
         return rc;
     }
@@ -406,8 +441,10 @@ int cmd_bench(int argc, char **argv) {
         latent_model m;
         if (make_standard(&m, all[k].rec, &err) != 0) return cli_fail("%s", err.msg);
         char name[96];
-        snprintf(name, sizeof name, "standard 135M-shaped model, %s, F32", all[k].name);
-        int rc = bench_model(name, &m, (int)prefill, (int)decode, batches, n_batches, (int)rounds);
+        snprintf(name, sizeof name, "standard 135M-shaped model, %s, F32 weights", all[k].name);
+        int rc = 0;
+        for (int p = 0; p < n_precs && rc == 0; p++)
+            rc = bench_model(name, &m, precs[p], (int)prefill, (int)decode, batches, n_batches, (int)rounds);
         latent_weights_free(&m.w);
         if (rc) return rc;
     }

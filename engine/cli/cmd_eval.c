@@ -12,7 +12,7 @@
 
 static const char *help =
     "usage: latent eval --model DIR --data FILE.bin [--max-records N] [--bucket-width W]\n"
-    "                   [--batch B] [--json] [--show K]\n"
+    "                   [--batch B] [--json] [--show K] [--precision auto|f32|bf16]\n"
     "                   [--task group|group-final|s5-retrieval|var-assign|raw\n"
     "                    --record-len L [--mask FILE.mask] [--labels FILE.labels]]\n"
     "\n"
@@ -39,7 +39,9 @@ int cmd_eval(int argc, char **argv) {
     const char *dir = NULL, *data = NULL, *task_arg = NULL, *mask = NULL, *labels = NULL, *v;
     long max_records = 0, width = 0, batch = 16, record_len = 0, show = 0;
     int json = 0;
+    latent_engine_opts eo = {0};
     for (int i = 1; i < argc; i++) {
+        if (cli_precision_opt(argc, argv, &i, &eo)) continue;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
             return 0;
@@ -132,8 +134,10 @@ int cmd_eval(int argc, char **argv) {
     if (d.flow && m.cfg.rec == LATENT_REC_T2MLR && m.cfg.t2mlr.recur_on_prompt && !json)
         fprintf(stderr, "latent: eval: note: %s recurs on prompt tokens, so the flow-1 tokens of %s run with flow 2\n", dir, data);
     const int page = 16;
-    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page) * (size_t)batch * (L / page + 2), &err) != 0 ||
-        !(eng = latent_engine_new(&m, &err))) {
+    latent_kv_dtype kvd;
+    latent_kv_dtype_choose("auto", latent_precision_resolve(&m, eo.precision), &kvd);
+    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page, kvd) * (size_t)batch * (L / page + 2), kvd, &err) != 0 ||
+        !(eng = latent_engine_new_opts(&m, &eo, &err))) {
         cli_fail("eval: %s", err.msg);
         goto done;
     }

@@ -13,6 +13,7 @@
 static const char *help =
     "usage: latent generate --model DIR --prompt TEXT [-n N] [--temperature T]\n"
     "                       [--top-k K] [--top-p P] [--seed S] [--ids]\n"
+    "                       [--precision auto|f32|bf16] [--kv-dtype auto|f32|bf16]\n"
     "\n"
     "Encodes TEXT with DIR/tokenizer.json, runs it as a prompt and streams up to N\n"
     "(default 64) generated tokens to stdout as text, stopping early at the model's\n"
@@ -31,7 +32,10 @@ int cmd_generate(int argc, char **argv) {
     long n_gen = 64, seed = 0, top_k = 0;
     double temperature = 0, top_p = 1;
     int print_ids = 0;
+    latent_engine_opts eo = {0};
+    const char *kv_setting = "auto";
     for (int i = 1; i < argc; i++) {
+        if (cli_precision_opt(argc, argv, &i, &eo) || cli_opt(argc, argv, &i, "--kv-dtype", &kv_setting)) continue;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
             return 0;
@@ -99,8 +103,13 @@ int cmd_generate(int argc, char **argv) {
     latent_tokenizer_encode(m.tok, prompt, plen, ids, n_prompt);
     const int page = 16;
     int total = n_prompt + (int)n_gen;
-    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page) * (total / page + 2), &err) != 0 ||
-        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new(&m, &err))) {
+    latent_kv_dtype kvd;
+    if (latent_kv_dtype_choose(kv_setting, latent_precision_resolve(&m, eo.precision), &kvd) != 0) {
+        cli_fail("generate: --kv-dtype must be auto, f32 or bf16 (got '%s')", kv_setting);
+        goto done;
+    }
+    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page, kvd) * (total / page + 2), kvd, &err) != 0 ||
+        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new_opts(&m, &eo, &err))) {
         cli_fail("%s", err.msg);
         goto done;
     }

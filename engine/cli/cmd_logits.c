@@ -10,17 +10,23 @@
 
 static const char *help =
     "usage: latent logits --model DIR --tokens ID,ID,... [--n-prompt K] [--incremental]\n"
+    "                     [--precision auto|f32|bf16] [--kv-dtype auto|f32|bf16]\n"
     "\n"
     "Runs the model over the tokens and prints {\"logits\": [[...], ...]}, one row\n"
     "of vocab_size floats per position. The first K tokens (all, by default) are a\n"
     "prompt and follow the model's control-flow rules (recur_on_prompt); the rest\n"
     "are treated as generated tokens. --incremental feeds one token per step\n"
-    "(decoding through the KV cache) instead of one prefill.\n";
+    "(decoding through the KV cache) instead of one prefill. --precision picks what\n"
+    "the matrix products compute in (auto: the checkpoint's dtype), --kv-dtype what\n"
+    "the KV cache stores (auto: bf16 under bf16, else f32).\n";
 
 int cmd_logits(int argc, char **argv) {
     const char *dir = NULL, *tokens_arg = NULL, *n_prompt_arg = NULL;
     int incremental = 0;
+    latent_engine_opts eo = {0};
+    const char *kv_setting = "auto";
     for (int i = 1; i < argc; i++) {
+        if (cli_precision_opt(argc, argv, &i, &eo) || cli_opt(argc, argv, &i, "--kv-dtype", &kv_setting)) continue;
         if (!strcmp(argv[i], "--incremental")) {
             incremental = 1;
             continue;
@@ -68,8 +74,13 @@ int cmd_logits(int argc, char **argv) {
         goto done;
     }
     const int page = 16;
-    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page) * (n / page + 2), &err) != 0 ||
-        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new(&m, &err))) {
+    latent_kv_dtype kvd;
+    if (latent_kv_dtype_choose(kv_setting, latent_precision_resolve(&m, eo.precision), &kvd) != 0) {
+        cli_fail("logits: --kv-dtype must be auto, f32 or bf16 (got '%s')", kv_setting);
+        goto done;
+    }
+    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page, kvd) * (n / page + 2), kvd, &err) != 0 ||
+        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new_opts(&m, &eo, &err))) {
         cli_fail("%s", err.msg);
         goto done;
     }

@@ -9,7 +9,7 @@
 #include "latent/config.h"
 #include "latent/model.h"
 #include "latent/model_init.h"
-#include "latent/safetensors.h"
+#include "safetensors.h"
 
 static const char *help =
     "usage: latent retrofit --model BASEDIR (--t2mlr L_START,L_END | --lrt SRC[,START,END])\n"
@@ -64,14 +64,14 @@ static int base_is_bf16(const char *dir) {
         if (!p) { all_bf16 = 0; break; }
         snprintf(p, pn, "%s/%s", dir, e->d_name);
         st_file f = {0};
-        if (st_file_open(&f, p, NULL) != 0) {
+        if (latent_st_file_open(&f, p, NULL) != 0) {
             all_bf16 = 0;
         } else {
             for (int i = 0; i < f.n_tensors; i++)
                 if (f.tensors[i].dtype != ST_BF16) all_bf16 = 0;
             any = 1;
         }
-        st_file_close(&f);
+        latent_st_file_close(&f);
         free(p);
     }
     closedir(d);

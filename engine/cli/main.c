@@ -6,6 +6,7 @@
 #include <errno.h>
 
 #include "cli.h"
+#include "latent/engine.h"
 
 static const struct {
     const char *name;
@@ -22,6 +23,7 @@ static const struct {
     {"train", cmd_train, "train a model on token files (plain, T2MLR Jacobi, LRT interleaved); --bench"},
     {"data", cmd_data, "write training files for the synthetic tasks (group, S5 retrieval, variables)"},
     {"eval", cmd_eval, "accuracy of a model on a synthetic task file, by position or depth"},
+    {"cpu", cmd_cpu, "the instruction-set paths the kernels can take on this machine"},
 };
 
 static void usage(FILE *f) {
@@ -87,6 +89,16 @@ int cli_opt(int argc, char **argv, int *i, const char *name, const char **value)
         exit(2);
     }
     *value = argv[++*i];
+    return 1;
+}
+
+int cli_precision_opt(int argc, char **argv, int *i, latent_engine_opts *o) {
+    const char *v;
+    if (!cli_opt(argc, argv, i, "--precision", &v)) return 0;
+    if (latent_precision_parse(v, &o->precision) != 0) {
+        cli_fail("--precision must be auto, f32 or bf16 (got '%s')", v);
+        exit(2);
+    }
     return 1;
 }
 

@@ -32,8 +32,37 @@ typedef struct latent_engine_stats {
 
 typedef struct latent_engine latent_engine;
 
+/* What the matrix products compute in (docs/model-format.md, "Precision"):
+ * f32, or bf16 (weights held once in bf16, inputs rounded to bf16, F32
+ * sums; norms, RoPE, softmax, the recurrence, logits stay F32). auto follows
+ * the checkpoint: BF16 matrices compute in bf16, F32 and F16 ones in f32. */
+typedef enum { LATENT_PRECISION_AUTO = 0, LATENT_PRECISION_F32, LATENT_PRECISION_BF16 } latent_precision;
+
+typedef struct latent_engine_opts {
+    latent_precision precision;
+} latent_engine_opts;
+
+const char *latent_precision_name(latent_precision p);          /* "auto", "f32", "bf16" */
+int latent_precision_parse(const char *s, latent_precision *out); /* 0, or -1 */
+/* The instruction-set path the kernels take on this machine ("generic",
+ * "avx2", "avx512", "avx512bf16", "amx"), after the LATENT_ISA cap. */
+const char *latent_kernel_path(void);
+
+/* The precision p means for model m (auto: the checkpoint's dtype). */
+latent_precision latent_precision_resolve(const latent_model *m, latent_precision p);
+/* The KV cache dtype for a setting "auto", "f32" or "bf16" (auto follows the
+ * resolved precision); -1 for another string. */
+int latent_kv_dtype_choose(const char *setting, latent_precision resolved, latent_kv_dtype *out);
+
 /* The engine borrows `m` (read-only, must outlive the engine). */
 latent_engine *latent_engine_new(const latent_model *m, latent_err *err);
+/* The same with options (NULL: defaults, precision auto). */
+latent_engine *latent_engine_new_opts(const latent_model *m, const latent_engine_opts *o, latent_err *err);
+/* The precision the engine computes in (auto resolved). */
+latent_precision latent_engine_precision(const latent_engine *e);
+/* Bytes of weights the engine reads in its products and lookups: its packed
+ * matrices plus whatever it still reads from the model in F32. */
+size_t latent_engine_weight_bytes(const latent_engine *e);
 void latent_engine_free(latent_engine *e);
 
 /* Gives back to the system the memory of the model's own copies of the

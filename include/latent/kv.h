@@ -10,28 +10,39 @@
 #include "latent/config.h"
 #include "latent/error.h"
 
+/* What a cached k or v element is stored as: F32, or bf16 (half the bytes
+ * per page for the same tokens; rounded to nearest even when stored). */
+typedef enum { LATENT_KV_F32 = 0, LATENT_KV_BF16 } latent_kv_dtype;
+
 typedef struct latent_kv_pool {
     int n_layers, kv_dim;
     int page_tokens;          /* tokens per page */
     int n_pages;
-    float *k;                 /* (n_pages, n_layers, page_tokens, kv_dim) */
-    float *v;                 /* same layout */
+    latent_kv_dtype dtype;
+    int elem_bytes;           /* 4 (F32) or 2 (bf16) */
+    void *k;                  /* (n_pages, n_layers, page_tokens, kv_dim) of dtype */
+    void *v;                  /* same layout */
     int *refcount;            /* (n_pages) sequences holding each page */
     int *free_stack; int n_free;
 } latent_kv_pool;
 
+const char *latent_kv_dtype_name(latent_kv_dtype t);   /* "f32", "bf16" */
 /* Bytes one page takes (K and V, every layer). */
-size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens);
+size_t latent_kv_page_bytes(const latent_config *cfg, int page_tokens, latent_kv_dtype dtype);
 /* Sizes the pool to floor(bytes / page_bytes) pages (at least one). */
 int latent_kv_pool_init(latent_kv_pool *p, const latent_config *cfg, int page_tokens,
-                        size_t bytes, latent_err *err);
+                        size_t bytes, latent_kv_dtype dtype, latent_err *err);
 void latent_kv_pool_free(latent_kv_pool *p);
-static inline int latent_kv_pool_used(const latent_kv_pool *p) { return p->n_pages - p->n_free; }
 
-/* Where token `t`'s k (or v) row of `layer` lives for a page id. */
-static inline float *latent_kv_row(const latent_kv_pool *p, float *base, int page, int layer, int slot) {
-    return base + (((size_t)page * p->n_layers + layer) * p->page_tokens + slot) * p->kv_dim;
+/* Where token `slot`'s k (or v) row of `layer` starts in a page (base is
+ * p->k or p->v): a float * under F32, a bf16 (uint16_t) * under bf16. */
+static inline void *latent_kv_at(const latent_kv_pool *p, void *base, int page, int layer, int slot) {
+    return (char *)base + (((size_t)page * p->n_layers + layer) * p->page_tokens + slot) * p->kv_dim * p->elem_bytes;
 }
+/* Stores n F32 values at element `off` of a row (rounding under bf16). */
+void latent_kv_store(const latent_kv_pool *p, void *row, int off, const float *src, int n);
+/* Loads n values from element `off` of a row as F32. */
+void latent_kv_load(const latent_kv_pool *p, const void *row, int off, float *dst, int n);
 
 typedef struct latent_seq {
     latent_kv_pool *pool;     /* not owned */
@@ -51,6 +62,10 @@ void latent_seq_free(latent_seq *s);
 /* Makes room for n_total tokens; fails, changing nothing, when the pool has
  * too few free pages or n_total exceeds `max_tokens`. */
 int latent_seq_reserve(latent_seq *s, int n_total, int max_tokens, latent_err *err);
+/* The same for several sequences at once, all or nothing: either every one
+ * gets its pages, or none changes (EKVFULL when their pools lack the pages,
+ * ECONTEXT, ENOMEM). */
+int latent_seq_reserve_many(latent_seq *const *seqs, const int *n_totals, int n, int max_tokens, latent_err *err);
 /* Keeps the first n tokens (n <= n_pos). A recurrent model's state is known
  * only at page boundaries and at n_pos, so the kept length is rounded down to
  * a page boundary unless n == n_pos; returns the length kept. */
@@ -59,7 +74,10 @@ int latent_seq_truncate(latent_seq *s, int n);
  * (rounded as truncate does): full pages are shared, the partial last page is
  * copied. Returns the length forked, or -1 when the pool is out of pages. */
 int latent_seq_fork(latent_seq *dst, const latent_seq *src, int n, latent_err *err);
-/* Length of the common prefix of the cached tokens and ids[0..n). */
-int latent_seq_common_prefix(const latent_seq *s, const int32_t *ids, int n);
+/* Length of the common prefix of the cached tokens and ids[0..n) counting
+ * only tokens cached with the same control flow (flows[i]: 1 or 2): a token
+ * run through the recurrence and the same token run without it leave
+ * different states, so only the first is a reusable prefix of the other. */
+int latent_seq_common_prefix(const latent_seq *s, const int32_t *ids, const uint8_t *flows, int n);
 
 #endif

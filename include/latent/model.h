@@ -67,6 +67,8 @@ typedef struct latent_model {
     struct latent_tokenizer *tok;  /* NULL when the directory has no tokenizer.json */
     void *mapped;       /* the safetensors mappings F32 tensors are used from in
                            place (copy-on-write); owned, released by latent_model_free */
+    int checkpoint_bf16;/* the checkpoint stores its matrices in BF16 (the engine's
+                           precision `auto` then computes in bf16) */
 } latent_model;
 
 /* Builds the parameter table for cfg and allocates one zeroed slab behind it.

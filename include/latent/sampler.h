@@ -33,11 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct latent_rng { uint64_t s[4]; } latent_rng;  /* xoshiro256** */
-/* State from splitmix64 over `seed`. */
-void latent_rng_seed(latent_rng *r, uint64_t seed);
-uint64_t latent_rng_next(latent_rng *r);
-double latent_rng_uniform(latent_rng *r);  /* [0, 1): (next >> 11) * 2^-53 */
+#include "latent/rng.h"
+
 
 typedef struct latent_logit_bias { int32_t id; float bias; } latent_logit_bias;
 

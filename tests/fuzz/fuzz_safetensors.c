@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "latent/model.h"
-#include "latent/safetensors.h"
+#include "safetensors.h"
 
 #define N_DIRS 4
 
@@ -162,11 +162,11 @@ static void write_seeds(const char *out) {
         il += (size_t)snprintf(idx + il, idx_cap - il, "}}");
         size_t na, nb;
         path_of(path, sizeof path, d, "a.safetensors");
-        check(st_write(path, half, names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, ST_F32, &err) == 0, err.msg);
+        check(latent_st_write(path, half, names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, ST_F32, &err) == 0, err.msg);
         unsigned char *a = read_all(path, &na);
         unlink(path);
         path_of(path, sizeof path, d, "b.safetensors");
-        check(st_write(path, w.n_params - half, names + half, data + half, ndims + half,
+        check(latent_st_write(path, w.n_params - half, names + half, data + half, ndims + half,
                        (const int64_t(*)[ST_MAX_DIMS])shapes + half, ST_BF16, &err) == 0, err.msg);
         unsigned char *b = read_all(path, &nb);
         unlink(path);
@@ -217,7 +217,7 @@ static size_t dtype_size(st_dtype t) { return t == ST_F32 ? 4 : 2; }
 static void check_file(const char *path) {
     st_file f;
     latent_err err = {{0}};
-    if (st_file_open(&f, path, &err) < 0) {
+    if (latent_st_file_open(&f, path, &err) < 0) {
         check(err.msg[0] != 0 && f.map == NULL && f.tensors == NULL && f.n_tensors == 0, "a refusal leaves a message and nothing open");
         return;
     }
@@ -234,7 +234,7 @@ static void check_file(const char *path) {
         check(t->nbytes == numel * dtype_size(t->dtype), "bytes = elements * dtype size");
         const char *p = t->data;
         check(p >= lo && p <= hi && t->nbytes <= (size_t)(hi - p), "tensor inside the data section");
-        check(st_file_find(&f, t->name) != NULL && strcmp(st_file_find(&f, t->name)->name, t->name) == 0, "found by name");
+        check(latent_st_file_find(&f, t->name) != NULL && strcmp(latent_st_file_find(&f, t->name)->name, t->name) == 0, "found by name");
         for (int j = 0; j < i; j++) {
             const st_tensor *u = &f.tensors[j];
             const char *q = u->data;
@@ -243,11 +243,11 @@ static void check_file(const char *path) {
         if (numel) {
             float *x = malloc(numel * sizeof *x);
             check(x != NULL, "malloc");
-            st_to_f32(x, t->data, t->dtype, numel);
+            latent_st_to_f32(x, t->data, t->dtype, numel);
             free(x);
         }
     }
-    st_file_close(&f);
+    latent_st_file_close(&f);
     check(f.map == NULL && f.tensors == NULL, "close zeroes the file");
 }
 
@@ -260,7 +260,7 @@ static void check_model(const latent_model *m, int d, int single) {
     int have_file = 0;
     if (single) {
         path_of(path, sizeof path, d, "model.safetensors");
-        have_file = st_file_open(&f, path, &err) == 0;
+        have_file = latent_st_file_open(&f, path, &err) == 0;
         check(have_file, "the file of a loaded model opens");
     }
     for (int i = 0; i < w->n_params; i++) {
@@ -271,10 +271,10 @@ static void check_model(const latent_model *m, int d, int single) {
         for (int64_t k = 0; k < p->numel; k++) sink += v[k]; /* ASan: readable to the end */
         (void)sink;
         if (have_file) {
-            const st_tensor *t = st_file_find(&f, p->name);
+            const st_tensor *t = latent_st_file_find(&f, p->name);
             check(t != NULL && t->nbytes == (size_t)p->numel * dtype_size(t->dtype), "the loaded tensor");
             float *x = malloc((size_t)p->numel * sizeof *x + 1);
-            st_to_f32(x, t->data, t->dtype, (size_t)p->numel);
+            latent_st_to_f32(x, t->data, t->dtype, (size_t)p->numel);
             check(!memcmp(x, v, (size_t)p->numel * sizeof *x), "loaded values = the file's");
             free(x);
         }
@@ -284,7 +284,7 @@ static void check_model(const latent_model *m, int d, int single) {
     if (c->rec == LATENT_REC_LRT && c->lrt.kv_injection && c->lrt.shared_kv_projection)
         for (int i = c->lrt.inject_start; i <= c->lrt.inject_end; i++)
             check(w->layers[i].lrt_k == w->lrt_shared_k && w->layers[i].lrt_v == w->lrt_shared_v, "shared KV projection");
-    if (have_file) st_file_close(&f);
+    if (have_file) latent_st_file_close(&f);
 }
 
 static uint32_t le(const uint8_t *p, int n) {

@@ -33,7 +33,26 @@ check "1100 hit-and-run connections, max-connections 64, no per-client limit" "$
 stop_server B
 start_server C "$model" || exit 1
 check "1100 hit-and-run connections from one address, default limits" "$PY" "$attack" hit-and-run "$URL_C" 1100
+# Bodies over 16 KiB are parsed and tokenized off the loop thread: the same answers.
+"$PY" - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+json.dump({"prompt": "Hello", "max_tokens": 4, "temperature": 0}, open(d + "/small.json", "w"))
+open(d + "/padded.json", "w").write('{"prompt": "Hello", "max_tokens": 4, "temperature": 0' + " " * 40000 + "}")
+json.dump({"prompt": "lorem ipsum " * 300000, "max_tokens": 1}, open(d + "/huge.json", "w"))
+json.dump({"prompt": "x", "max_tokens": "many", "pad": "y" * 30000}, open(d + "/badbig.json", "w"))
+PY
+check "a 40 KB body (parsed off the loop) answers as a small one" bash -c "
+    a=\$(curl -s -m 30 $URL_C/v1/completions --data-binary @$tmp/small.json | $PY -c 'import json,sys; print(json.load(sys.stdin)[\"choices\"][0][\"text\"])');
+    b=\$(curl -s -m 30 $URL_C/v1/completions --data-binary @$tmp/padded.json | $PY -c 'import json,sys; print(json.load(sys.stdin)[\"choices\"][0][\"text\"])');
+    [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
+check "a 3.6 MB prompt: 400 context_length_exceeded" bash -c "curl -s -m 60 $URL_C/v1/completions --data-binary @$tmp/huge.json | grep -q context_length_exceeded"
+check "a big body with a bad field: 400 naming it" bash -c "curl -s -m 30 $URL_C/v1/completions --data-binary @$tmp/badbig.json | grep -q max_tokens"
+check "clients leaving while their big prompts are tokenized" bash -c "
+    for i in 1 2 3 4 5 6; do curl -s -m 0.2 -o /dev/null $URL_C/v1/completions --data-binary @$tmp/huge.json; done;
+    sleep 2; [ \$(curl -s -m 5 -o /dev/null -w '%{http_code}' $URL_C/health) = 200 ]"
 stop_server C
+[ "$STOP_RC" = 0 ] && ok "exit 0 after big bodies" || fail "exit status after big bodies: $STOP_RC"
 
 # --- one address cannot take every slot; framing that smuggles is refused ------------------------
 start_server D "$model" --max-connections 64 --max-connections-per-client 16 --timeout-seconds 60 || exit 1

@@ -13,6 +13,10 @@ test_models 7
 # A small step budget makes concurrent requests mix decode tokens and prefill chunks in one step.
 start_server A "$model" --step-tokens 48 --prefill-chunk 8 --max-sessions 64 || exit 1
 check "64 concurrent streams equal one at a time" "$PY" "$client" concurrency "$URL_A" 64
+for c in 1 8 32; do
+    check "one event per token, $c streams" "$PY" "$client" events-per-token "$URL_A" $c
+done
+check "one event per token, 8 chat streams" "$PY" "$client" events-per-token "$URL_A" 8 1
 check "n > 1 forks the prompt state" "$PY" "$client" n-equal "$URL_A"
 check "malformed HTTP and JSON" "$PY" "$client" malformed "$URL_A"
 stop_server A

@@ -39,8 +39,23 @@ def silu(x):
     return x * sigmoid(x)
 
 
+def bf16_round(x):
+    """x rounded to the nearest bf16 (ties to even), via float32, as float64."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+# P: what a matrix product's input becomes. Identity in f32; under bf16
+# (docs/model-format.md, "Precision") every input vector and every weight
+# matrix is rounded to bf16 and the products are exact sums of those.
+P = lambda x: x  # noqa: E731
+# PKV: what a cached k or v row becomes (bf16 under --kv-dtype bf16).
+PKV = lambda x: x  # noqa: E731
+
+
 class Model:
-    def __init__(self, d):
+    def __init__(self, d, precision="f32"):
         with open(os.path.join(d, "config.json")) as f:
             c = json.load(f)
         self.c = c
@@ -57,6 +72,8 @@ class Model:
         self.eos = set(eos if isinstance(eos, list) else ([] if eos is None else [eos]))
         self.rec = c.get("latent_recurrence")
         self.w = safetensors_py.read_model_dir(d)
+        if precision == "bf16":
+            self.w = {k: bf16_round(v) if v.ndim == 2 else v for k, v in self.w.items()}
         self.lm_head = self.w["model.embed_tokens.weight"] if self.tied else self.w["lm_head.weight"]
         self.tok_path = os.path.join(d, "tokenizer.json")
 
@@ -101,35 +118,35 @@ class Session:
         for i in range(m.L):
             pre = "model.layers.%d." % i
             if typ == "t2mlr" and i == rec["l_start"] and cflow == 2:
-                u = W("model.t2mlr.w_rec.weight") @ R_prev
+                u = W("model.t2mlr.w_rec.weight") @ P(R_prev)
                 z = np.concatenate([x, u])
-                g_rec = sigmoid(W("model.t2mlr.f_rec.weight") @ z + W("model.t2mlr.f_rec.bias"))
-                g_cur = sigmoid(W("model.t2mlr.f_cur.weight") @ z + W("model.t2mlr.f_cur.bias"))
+                g_rec = sigmoid(W("model.t2mlr.f_rec.weight") @ P(z) + W("model.t2mlr.f_rec.bias"))
+                g_cur = sigmoid(W("model.t2mlr.f_cur.weight") @ P(z) + W("model.t2mlr.f_cur.bias"))
                 x = (x + np.tanh(W("model.t2mlr.gamma_rec")[0]) * g_rec * u
                      + np.tanh(W("model.t2mlr.gamma_cur")[0]) * g_cur * x)
             injected = typ == "lrt" and i in inj
             if injected and rec.get("residual_injection"):
                 x = W(pre + "lrt.alpha")[0] * x + W(pre + "lrt.gamma")[0] * m_prev
             a = rmsnorm(x, W(pre + "input_layernorm.weight"), m.eps)
-            q = (W(pre + "self_attn.q_proj.weight") @ a).reshape(m.nh, m.hd)
-            k = (W(pre + "self_attn.k_proj.weight") @ a).reshape(m.nkv, m.hd)
-            v = (W(pre + "self_attn.v_proj.weight") @ a).reshape(m.nkv, m.hd)
+            q = (W(pre + "self_attn.q_proj.weight") @ P(a)).reshape(m.nh, m.hd)
+            k = (W(pre + "self_attn.k_proj.weight") @ P(a)).reshape(m.nkv, m.hd)
+            v = (W(pre + "self_attn.v_proj.weight") @ P(a)).reshape(m.nkv, m.hd)
             if injected and rec.get("kv_injection"):
-                g = 2.0 * sigmoid(W(pre + "lrt.gate.weight") @ a)
+                g = 2.0 * sigmoid(W(pre + "lrt.gate.weight") @ P(a))
                 if rec.get("shared_kv_projection"):
                     K, V = W("model.lrt.k_proj.weight"), W("model.lrt.v_proj.weight")
                 else:
                     K, V = W(pre + "lrt.k_proj.weight"), W(pre + "lrt.v_proj.weight")
-                mk = (K @ m_prev).reshape(m.nkv, m.hd)
-                mv = (V @ m_prev).reshape(m.nkv, m.hd)
+                mk = (K @ P(m_prev)).reshape(m.nkv, m.hd)
+                mv = (V @ P(m_prev)).reshape(m.nkv, m.hd)
                 gl = g[:m.nkv, None]
                 gf = g[m.nkv:, None]
                 k = gl * k + gf * mk
                 v = gl * v + gf * mv
             q = m.rope(q, pos)
             k = m.rope(k, pos)
-            self.k[i].append(k)
-            self.v[i].append(v)
+            self.k[i].append(PKV(k))
+            self.v[i].append(PKV(v))
             Ks = np.stack(self.k[i])  # (T, nkv, hd)
             Vs = np.stack(self.v[i])
             grp = m.nh // m.nkv
@@ -140,10 +157,10 @@ class Session:
                 p = np.exp(s - s.max())
                 p /= p.sum()
                 o[h] = p @ Vs[:, h // grp, :]
-            x = x + W(pre + "self_attn.o_proj.weight") @ o.reshape(-1)
+            x = x + W(pre + "self_attn.o_proj.weight") @ P(o.reshape(-1))
             mm = rmsnorm(x, W(pre + "post_attention_layernorm.weight"), m.eps)
-            x = x + W(pre + "mlp.down_proj.weight") @ (
-                silu(W(pre + "mlp.gate_proj.weight") @ mm) * (W(pre + "mlp.up_proj.weight") @ mm))
+            x = x + W(pre + "mlp.down_proj.weight") @ P(
+                silu(W(pre + "mlp.gate_proj.weight") @ P(mm)) * (W(pre + "mlp.up_proj.weight") @ P(mm)))
             hs.append(x)
             if typ == "t2mlr" and i == rec["l_end"]:
                 y = x
@@ -156,7 +173,7 @@ class Session:
                 else:
                     R_new = y.copy()
         fin = rmsnorm(x, W("model.norm.weight"), m.eps)
-        logits = m.lm_head @ fin
+        logits = m.lm_head @ P(fin)
         if typ == "t2mlr":
             self.R = R_new
         if typ == "lrt":
@@ -185,8 +202,17 @@ def main(argv):
     p.add_argument("--n-prompt", type=int)
     p.add_argument("--generate", type=int)
     p.add_argument("--stop-at-eos", action="store_true")
+    p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                   help="bf16: round every matrix and every product input to bf16 (the engine's contract)")
+    p.add_argument("--kv-dtype", choices=["f32", "bf16"], default="f32",
+                   help="bf16: round cached keys and values to bf16 as they are stored")
     a = p.parse_args(argv)
-    m = Model(a.model)
+    global P, PKV
+    if a.precision == "bf16":
+        P = bf16_round
+    if a.kv_dtype == "bf16":
+        PKV = bf16_round
+    m = Model(a.model, a.precision)
     if a.tokens is not None:
         toks = [int(t) for t in a.tokens.split(",") if t != ""]
     elif a.prompt is not None:

@@ -499,6 +499,56 @@ def cmd_drain(url, pid, grace_case="finish", n_tok="3000"):
           ("finished" if grace_case == "finish" else "ended with an error event at the grace period"))
 
 
+def cmd_events_per_token(url, clients="8", chat="0"):
+    """Concurrent streams with logprobs: every generated token arrives in an
+    event of its own carrying exactly its logprob entry (text held back for
+    UTF-8 or a stop string goes with the token that releases it)."""
+    clients, chat = int(clients), chat == "1"
+    errors, counts = [], []
+
+    def run(i):
+        try:
+            body = {"stream": True, "max_tokens": 24, "temperature": 0.8, "seed": i,
+                    "stream_options": {"include_usage": True}}
+            if chat:
+                body.update(messages=[{"role": "user", "content": "word %d" % i}], logprobs=True, top_logprobs=1)
+            else:
+                body.update(prompt="word %d" % i, logprobs=1)
+            st, _, raw = post(url, "/v1/chat/completions" if chat else "/v1/completions", body, timeout=120)
+            if st != 200:
+                errors.append("status %d" % st)
+                return
+            evs, _ = events(raw)
+            usage = [e["usage"] for e in evs if e != "[DONE]" and e.get("usage")]
+            token_events, finish = 0, None
+            for e in evs:
+                if e == "[DONE]" or not e.get("choices"):
+                    continue
+                c = e["choices"][0]
+                finish = c.get("finish_reason") or finish
+                lp = c.get("logprobs")
+                n_lp = len((lp or {}).get("content" if chat else "tokens") or [])
+                if n_lp > 1:
+                    errors.append("an event carries %d tokens' logprobs" % n_lp)
+                token_events += n_lp
+            # the end-of-sequence token counts in usage but has no text or event
+            eos = 1 if finish == "stop" else 0
+            if not usage or token_events != usage[0]["completion_tokens"] - eos:
+                errors.append("%d token events for %s tokens" % (token_events, usage and usage[0]["completion_tokens"]))
+            counts.append(token_events)
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        fail("; ".join(errors[:5]))
+    print("%d %s streams: %d tokens, one event each" % (clients, "chat" if chat else "completion", sum(counts)))
+
+
 def cmd_wait_idle(url):
     wait_idle(url)
     print("no session alive")

@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "latent/threads.h"
-#include "latent/train_ops.h"
+#include "train/train_ops.h"
+#include "ref_ops.h"
 #include "testutil.h"
 
 #define FD_H 1e-6
@@ -115,8 +116,8 @@ static void test_linear(int n, int in_dim, int out_dim, int bias) {
     float *out = malloc(no * sizeof(float));
     double *proj = mk_proj(no);
     float *pf = to_float(proj, no);
-    tr_linear_forward(out, ins[0].f, ins[1].f, bias ? ins[2].f : NULL, n, in_dim, out_dim);
-    tr_linear_backward(ins[0].g, ins[1].g, bias ? ins[2].g : NULL, pf, ins[0].f, ins[1].f, n, in_dim, out_dim);
+    latent_tr_linear_forward(out, ins[0].f, ins[1].f, bias ? ins[2].f : NULL, n, in_dim, out_dim);
+    latent_tr_linear_backward(ins[0].g, ins[1].g, bias ? ins[2].g : NULL, pf, ins[0].f, ins[1].f, n, in_dim, out_dim);
     check_op(bias ? "linear+bias" : "linear", lin_ref, &c, out, proj, no, ins, bias ? 3 : 2);
     for (int i = 0; i < 3; i++) free_input(&ins[i]);
     free(out), free(proj), free(pf);
@@ -140,8 +141,8 @@ static void test_rmsnorm(void) {
     float *out = malloc(n * d * sizeof(float)), *rstd = malloc(n * sizeof(float));
     double *proj = mk_proj(n * d);
     float *pf = to_float(proj, n * d);
-    tr_rmsnorm_forward(out, rstd, ins[0].f, ins[1].f, n, d, 1e-5f);
-    tr_rmsnorm_backward(ins[0].g, ins[1].g, pf, ins[0].f, rstd, ins[1].f, n, d);
+    latent_tr_rmsnorm_forward(out, rstd, ins[0].f, ins[1].f, n, d, 1e-5f);
+    latent_tr_rmsnorm_backward(ins[0].g, ins[1].g, pf, ins[0].f, rstd, ins[1].f, n, d);
     check_op("rmsnorm", norm_ref, &c, out, proj, n * d, ins, 2);
     for (int i = 0; i < 2; i++) free_input(&ins[i]);
     free(out), free(rstd), free(proj), free(pf);
@@ -168,13 +169,13 @@ static void test_rope(void) {
     input x = mk_input("x", n * H * hd, 1);
     rope_ctx c = {&x, pos, n, H, hd, 10000.0};
     float *ct = malloc(npos * hd / 2 * sizeof(float)), *st = malloc(npos * hd / 2 * sizeof(float));
-    tr_rope_tables(ct, st, npos, hd, 10000.0f);
+    latent_tr_rope_tables(ct, st, npos, hd, 10000.0f);
     float *out = malloc(n * H * hd * sizeof(float));
     memcpy(out, x.f, n * H * hd * sizeof(float));
-    tr_rope_forward(out, pos, ct, st, n, H, hd);
+    latent_tr_rope_forward(out, pos, ct, st, n, H, hd);
     double *proj = mk_proj(n * H * hd);
     float *pf = to_float(proj, n * H * hd);
-    tr_rope_backward(pf, pos, ct, st, n, H, hd); /* in place: pf becomes dx */
+    latent_tr_rope_backward(pf, pos, ct, st, n, H, hd); /* in place: pf becomes dx */
     for (int i = 0; i < n * H * hd; i++) x.g[i] += pf[i];
     check_op("rope", rope_ref, &c, out, proj, n * H * hd, &x, 1);
     free_input(&x);
@@ -220,8 +221,8 @@ static void test_attention(const char *name, int B, int T, int H, int KV, int hd
     float *out = malloc(no * sizeof(float)), *prob = malloc((size_t)B * H * nq * T * sizeof(float));
     double *proj = mk_proj(no);
     float *pf = to_float(proj, no);
-    tr_attention_forward(out, prob, ins[0].f, ins[1].f, ins[2].f, qpos, B, nq, T, H, KV, hd);
-    tr_attention_backward(ins[0].g, ins[1].g, ins[2].g, pf, prob, ins[0].f, ins[1].f, ins[2].f, qpos, B, nq, T, H, KV,
+    latent_tr_attention_forward(out, prob, ins[0].f, ins[1].f, ins[2].f, qpos, B, nq, T, H, KV, hd);
+    latent_tr_attention_backward(ins[0].g, ins[1].g, ins[2].g, pf, prob, ins[0].f, ins[1].f, ins[2].f, qpos, B, nq, T, H, KV,
                           hd);
     check_op(name, att_ref, &c, out, proj, no, ins, 3);
     for (int i = 0; i < 3; i++) free_input(&ins[i]);
@@ -241,8 +242,8 @@ static void test_swiglu(void) {
     float *out = malloc(n * sizeof(float));
     double *proj = mk_proj(n);
     float *pf = to_float(proj, n);
-    tr_swiglu_forward(out, ins[0].f, ins[1].f, n);
-    tr_swiglu_backward(ins[0].g, ins[1].g, pf, ins[0].f, ins[1].f, n);
+    latent_tr_swiglu_forward(out, ins[0].f, ins[1].f, n);
+    latent_tr_swiglu_backward(ins[0].g, ins[1].g, pf, ins[0].f, ins[1].f, n);
     check_op("swiglu", sw_ref, &c, out, proj, n, ins, 2);
     for (int i = 0; i < 2; i++) free_input(&ins[i]);
     free(out), free(proj), free(pf);
@@ -270,13 +271,13 @@ static void test_crossentropy(void) {
     float scale = 1.0f / 9;
     ce_ctx c = {&x, tg, mask, n, V, scale};
     float *loss = malloc(n * sizeof(float));
-    tr_crossentropy_forward(loss, x.f, tg, mask, n, V);
+    latent_tr_crossentropy_forward(loss, x.f, tg, mask, n, V);
     for (int r = 0; r < n; r++) loss[r] *= scale;
     double *proj = malloc(n * sizeof(double));
     for (int r = 0; r < n; r++) proj[r] = 1; /* L = scale * sum of the row losses */
     memcpy(x.g, x.f, n * V * sizeof(float));
     float *loss2 = malloc(n * sizeof(float));
-    tr_crossentropy_softmax_backward(x.g, loss2, tg, mask, scale, n, V);
+    latent_tr_crossentropy_softmax_backward(x.g, loss2, tg, mask, scale, n, V);
     for (int r = 0; r < n; r++) CHECK(fabs(loss2[r] * scale - loss[r]) < 1e-6, "fused loss row %d", r);
     free(loss2);
     check_op("crossentropy", ce_ref, &c, loss, proj, n, &x, 1);
@@ -298,8 +299,8 @@ static void test_embedding(void) {
     float *out = malloc(n * d * sizeof(float));
     double *proj = mk_proj(n * d);
     float *pf = to_float(proj, n * d);
-    tr_embedding_forward(out, tok, e.f, n, d);
-    tr_embedding_backward(e.g, pf, tok, n, d);
+    latent_tr_embedding_forward(out, tok, e.f, n, d);
+    latent_tr_embedding_backward(e.g, pf, tok, n, d);
     check_op("embedding", emb_ref, &c, out, proj, n * d, &e, 1);
     free_input(&e);
     free(out), free(proj), free(pf);
@@ -347,8 +348,8 @@ static void test_fuse(void) {
     t2mlr_fuse_g g = {ins[2].g, ins[3].g, ins[4].g, ins[5].g, ins[6].g, ins[7].g, ins[8].g};
     double *proj = mk_proj(n * d);
     float *pf = to_float(proj, n * d);
-    tr_t2mlr_fuse_forward(out, &a, ins[0].f, ins[1].f, w, flow, n, d);
-    tr_t2mlr_fuse_backward(ins[0].g, ins[1].g, g, pf, &a, ins[0].f, ins[1].f, w, flow, scratch, n, d);
+    latent_tr_t2mlr_fuse_forward(out, &a, ins[0].f, ins[1].f, w, flow, n, d);
+    latent_tr_t2mlr_fuse_backward(ins[0].g, ins[1].g, g, pf, &a, ins[0].f, ins[1].f, w, flow, scratch, n, d);
     check_op("t2mlr_fuse", fuse_ref, &c, out, proj, n * d, ins, 9);
     for (int i = 0; i < 9; i++) free_input(&ins[i]);
     free(u), free(z), free(sr), free(sc), free(out), free(scratch), free(proj), free(pf);
@@ -378,8 +379,8 @@ static void test_update(int residual) {
     float *out = malloc(n * d * 4), *f = malloc(n * 4);
     double *proj = mk_proj(n * d);
     float *pf = to_float(proj, n * d);
-    tr_t2mlr_update_forward(out, f, ins[0].f, ins[1].f, flow, residual, 5.0f, 1e-6f, n, d);
-    tr_t2mlr_update_backward(ins[0].g, ins[1].g, pf, f, n, d);
+    latent_tr_t2mlr_update_forward(out, f, ins[0].f, ins[1].f, flow, residual, 5.0f, 1e-6f, n, d);
+    latent_tr_t2mlr_update_backward(ins[0].g, ins[1].g, pf, f, n, d);
     check_op(residual ? "t2mlr_update" : "t2mlr_update(plain)", upd_ref, &c, out, proj, n * d, ins, residual ? 2 : 1);
     if (residual) CHECK(fabs(f[0] - 5.0f) < 1e-6, "clamped factor %g", f[0]);
     for (int i = 0; i < 2; i++) free_input(&ins[i]);
@@ -402,8 +403,8 @@ static void test_shift(void) {
     float *out = malloc(n * 4);
     double *proj = mk_proj(n);
     float *pf = to_float(proj, n);
-    tr_shift_right_forward(out, x.f, B, T, d);
-    tr_shift_right_backward(x.g, pf, B, T, d);
+    latent_tr_shift_right_forward(out, x.f, B, T, d);
+    latent_tr_shift_right_backward(x.g, pf, B, T, d);
     check_op("shift_right", shift_ref, &c, out, proj, n, &x, 1);
     free_input(&x);
     free(out), free(proj), free(pf);
@@ -422,8 +423,8 @@ static void test_lrt_residual(void) {
     float *out = malloc(n * 4);
     double *proj = mk_proj(n);
     float *pf = to_float(proj, n);
-    tr_lrt_residual_forward(out, ins[0].f, ins[1].f, ins[2].f[0], ins[3].f[0], n);
-    tr_lrt_residual_backward(ins[0].g, ins[1].g, ins[2].g, ins[3].g, pf, ins[0].f, ins[1].f, ins[2].f[0], ins[3].f[0], n);
+    latent_tr_lrt_residual_forward(out, ins[0].f, ins[1].f, ins[2].f[0], ins[3].f[0], n);
+    latent_tr_lrt_residual_backward(ins[0].g, ins[1].g, ins[2].g, ins[3].g, pf, ins[0].f, ins[1].f, ins[2].f[0], ins[3].f[0], n);
     check_op("lrt_residual", inj_ref, &c, out, proj, n, ins, 4);
     for (int i = 0; i < 4; i++) free_input(&ins[i]);
     free(out), free(proj), free(pf);
@@ -456,7 +457,7 @@ static void test_lrt_kv(void) {
     kvi_ctx c = {&ins[0], &ins[1], &ins[2], &ins[3], &ins[4], &ins[5], &ins[6], n, d, nkv, hd};
     float *k = malloc(n * kvd * 4), *v = malloc(n * kvd * 4), *gate = malloc(n * 2 * nkv * 4);
     float *mk = malloc(n * kvd * 4), *mv = malloc(n * kvd * 4), *scratch = malloc(n * (2 * nkv + 2 * kvd) * 4);
-    tr_lrt_kv_forward(k, v, gate, mk, mv, ins[0].f, ins[1].f, ins[2].f, ins[3].f, ins[4].f, ins[5].f, ins[6].f, n, d, nkv, hd);
+    latent_tr_lrt_kv_forward(k, v, gate, mk, mv, ins[0].f, ins[1].f, ins[2].f, ins[3].f, ins[4].f, ins[5].f, ins[6].f, n, d, nkv, hd);
     int no = n * 2 * kvd;
     float *out = malloc(no * 4);
     for (int r = 0; r < n; r++) memcpy(out + r * 2 * kvd, k + r * kvd, kvd * 4), memcpy(out + r * 2 * kvd + kvd, v + r * kvd, kvd * 4);
@@ -464,7 +465,7 @@ static void test_lrt_kv(void) {
     float *dk = malloc(n * kvd * 4), *dv = malloc(n * kvd * 4);
     for (int r = 0; r < n; r++)
         for (int i = 0; i < kvd; i++) dk[r * kvd + i] = (float)proj[r * 2 * kvd + i], dv[r * kvd + i] = (float)proj[r * 2 * kvd + kvd + i];
-    tr_lrt_kv_backward(ins[0].g, ins[1].g, ins[2].g, ins[3].g, ins[4].g, ins[5].g, ins[6].g, dk, dv, gate, mk, mv, ins[0].f,
+    latent_tr_lrt_kv_backward(ins[0].g, ins[1].g, ins[2].g, ins[3].g, ins[4].g, ins[5].g, ins[6].g, dk, dv, gate, mk, mv, ins[0].f,
                        ins[1].f, ins[2].f, ins[3].f, ins[4].f, ins[5].f, ins[6].f, scratch, n, d, nkv, hd);
     check_op("lrt_kv", kvi_ref, &c, out, proj, no, ins, 7);
     for (int i = 0; i < 7; i++) free_input(&ins[i]);
@@ -484,11 +485,11 @@ static void test_linear_multi(void) {
         dw1[k] = calloc(dims[k] * in, 4), dw2[k] = calloc(dims[k] * in, 4);
         for (int i = 0; i < dims[k] * in; i++) w[k][i] = frand(1);
         for (int i = 0; i < n * dims[k]; i++) g[k][i] = frand(1);
-        tr_linear_forward(o1[k], x, w[k], NULL, n, in, dims[k]);
-        tr_linear_backward(dx1, dw1[k], NULL, g[k], x, w[k], n, in, dims[k]);
+        latent_tr_linear_forward(o1[k], x, w[k], NULL, n, in, dims[k]);
+        latent_tr_linear_backward(dx1, dw1[k], NULL, g[k], x, w[k], n, in, dims[k]);
     }
-    tr_linear_forward_multi(o2, x, (const float *const *)w, dims, 3, n, in);
-    tr_linear_backward_multi(dx2, dw2, (const float *const *)g, x, (const float *const *)w, dims, 3, n, in);
+    latent_tr_linear_forward_multi(o2, x, (const float *const *)w, dims, 3, n, in);
+    latent_tr_linear_backward_multi(dx2, dw2, (const float *const *)g, x, (const float *const *)w, dims, 3, n, in);
     int same = !memcmp(dx1, dx2, n * in * 4);
     for (int k = 0; k < 3; k++)
         same &= !memcmp(o1[k], o2[k], n * dims[k] * 4) && !memcmp(dw1[k], dw2[k], dims[k] * in * 4);

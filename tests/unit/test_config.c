@@ -34,7 +34,7 @@ static char *mk(const char *extra) {
 
 static void test_smollm2(void) {
     latent_config c;
-    latent_err e = {{0}};
+    latent_err e = {0};
     CHECK(latent_config_parse(smollm2_135m, "config.json", &c, &e) == 0, "%s", e.msg);
     CHECK(c.d == 576 && c.ffn == 1536 && c.n_layers == 30, "sizes");
     CHECK(c.n_heads == 9 && c.n_kv_heads == 3 && c.head_dim == 64, "heads %d %d %d", c.n_heads,
@@ -49,7 +49,7 @@ static void test_smollm2(void) {
 
 static void test_defaults(void) {
     latent_config c;
-    latent_err e = {{0}};
+    latent_err e = {0};
     CHECK(latent_config_parse(mk(""), "config.json", &c, &e) == 0, "%s", e.msg);
     CHECK(c.n_kv_heads == 4, "kv heads default to heads: %d", c.n_kv_heads);
     CHECK(c.head_dim == 16, "head_dim default");
@@ -76,7 +76,7 @@ static void test_defaults(void) {
 
 static void test_recurrence(void) {
     latent_config c;
-    latent_err e = {{0}};
+    latent_err e = {0};
     CHECK(latent_config_parse(mk("\"latent_recurrence\": {\"type\": \"t2mlr\", \"l_start\": 1,"
                                  " \"l_end\": 2, \"cache_residual\": false, \"cache_norm_clamp\": 3.5,"
                                  " \"cache_norm_eps\": 1e-5, \"recur_on_prompt\": false}"),
@@ -103,7 +103,7 @@ static void test_recurrence(void) {
 
 static void roundtrip(const char *json) {
     latent_config a, b;
-    latent_err e = {{0}};
+    latent_err e = {0};
     CHECK(latent_config_parse(json, "config.json", &a, &e) == 0, "%s", e.msg);
     char dir[] = "/tmp/latent_cfg_XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -130,11 +130,12 @@ static void test_roundtrip(void) {
 /* Refused, with `want1` and `want2` in the message. */
 static void bad(const char *json, const char *want1, const char *want2) {
     latent_config c;
-    latent_err e = {{0}};
+    latent_err e = {0};
     int rc = latent_config_parse(json, "config.json", &c, &e);
     CHECK(rc == -1, "accepted: %.120s", json);
     if (rc != -1) return;
     CHECK(strstr(e.msg, "config.json") != NULL, "no file name in: %s", e.msg);
+    CHECK(e.code == LATENT_E_FORMAT || e.code == LATENT_E_UNSUPPORTED, "code %s for: %s", latent_err_name(e.code), e.msg);
     CHECK(strstr(e.msg, want1) != NULL, "'%s' not in: %s", want1, e.msg);
     if (want2) CHECK(strstr(e.msg, want2) != NULL, "'%s' not in: %s", want2, e.msg);
 }
@@ -206,7 +207,7 @@ static void test_bad(void) {
 
 static void test_load_errors(void) {
     latent_config c;
-    latent_err e = {{0}};
+    latent_err e = {0};
     CHECK(latent_config_load("/nonexistent/dir/config.json", &c, &e) == -1, "missing file");
     CHECK(strstr(e.msg, "/nonexistent/dir/config.json") && strstr(e.msg, "cannot open"), "%s", e.msg);
     char dir[] = "/tmp/latent_cfg_XXXXXX";

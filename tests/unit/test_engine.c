@@ -20,7 +20,7 @@ typedef struct { latent_kv_pool pool; latent_engine *eng; } rig;
 
 static void rig_init(rig *r, const latent_model *m, int pages) {
     latent_err err;
-    if (latent_kv_pool_init(&r->pool, &m->cfg, PAGE, latent_kv_page_bytes(&m->cfg, PAGE) * pages, &err) != 0 ||
+    if (latent_kv_pool_init(&r->pool, &m->cfg, PAGE, latent_kv_page_bytes(&m->cfg, PAGE, LATENT_KV_F32) * pages, LATENT_KV_F32, &err) != 0 ||
         !(r->eng = latent_engine_new(m, &err))) {
         fprintf(stderr, "rig: %s\n", err.msg);
         exit(1);
@@ -153,7 +153,15 @@ static void check_kind(const char *name, latent_config c) {
         latent_seq g;
         latent_seq_init(&g, &r.pool, &c, &err);
         CHECK(latent_seq_fork(&g, &f, f.n_pos, &err) == T, "%s: full fork", name);
-        CHECK(latent_seq_common_prefix(&g, mix, T) == T, "%s: fork keeps the token ids", name);
+        CHECK(latent_seq_common_prefix(&g, mix, f.flows, T) == T, "%s: fork keeps the token ids", name);
+        CHECK(latent_seq_common_prefix(&g, f.tokens, g.flows, T) == T, "%s: fork keeps the control flow", name);
+        if (c.rec) {
+            uint8_t *other = malloc(T);
+            for (int i = 0; i < T; i++) other[i] = f.flows[i];
+            other[3] = other[3] == 2 ? 1 : 2;
+            CHECK(latent_seq_common_prefix(&g, mix, other, T) == 3, "%s: prefix ends where the control flow differs", name);
+            free(other);
+        }
         latent_seq_free(&g);
         free(mref);
         latent_seq_free(&a); latent_seq_free(&f); rig_free(&r);
@@ -166,7 +174,8 @@ static void check_kind(const char *name, latent_config c) {
         int free_before = r.pool.n_free;
         latent_batch_entry b = {.seq = &s, .tokens = tok + 10, .n_tokens = 5, .prompt = 1, .logits = LATENT_LOGITS_LAST, .out = got};
         CHECK(latent_engine_step(r.eng, &b, 1, &err) != 0, "%s: step past the pool must fail", name);
-        CHECK(strstr(err.msg, "exhausted") != NULL, "%s: message: %s", name, err.msg);
+        CHECK(err.code == LATENT_E_KV_FULL && strstr(err.msg, "exhausted") != NULL, "%s: code %s, message: %s", name,
+              latent_err_name(err.code), err.msg);
         CHECK(s.n_pos == 10 && r.pool.n_free == free_before, "%s: failed step changed state", name);
         /* a bad token id is refused before anything runs */
         int32_t bad = V;

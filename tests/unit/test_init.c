@@ -20,7 +20,7 @@ static int decode_logits(const latent_model *m, const int32_t *tok, int n, float
     latent_seq seq = {0};
     latent_engine *e = NULL;
     int rc = -1;
-    if (latent_kv_pool_init(&pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16) * 4, &err) != 0 ||
+    if (latent_kv_pool_init(&pool, &m->cfg, 16, latent_kv_page_bytes(&m->cfg, 16, LATENT_KV_F32) * 4, LATENT_KV_F32, &err) != 0 ||
         latent_seq_init(&seq, &pool, &m->cfg, &err) != 0 || !(e = latent_engine_new(m, &err)))
         goto done;
     for (int t = 0; t < n; t++) {

@@ -11,7 +11,7 @@
 
 #include "latent/config.h"
 #include "latent/model.h"
-#include "latent/safetensors.h"
+#include "safetensors.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -86,7 +86,7 @@ static float bf16_round(float x) {
 
 /* Writes config.json and model.safetensors for cfg; the weights stay in *w. */
 static void write_model(const char *dir, const latent_config *cfg, latent_weights *w, int bf16) {
-    latent_err e = {{0}};
+    latent_err e = {0};
     char path[512];
     path_in(path, sizeof path, dir, "config.json");
     CHECK(latent_config_save(cfg, path, &e) == 0, "%s", e.msg);
@@ -124,11 +124,13 @@ static void compare_weights(const latent_weights *ref, const latent_weights *got
 static void expect_fail(const char *dir, const char *what, const char *w1, const char *w2,
                         const char *w3) {
     latent_model m;
-    latent_err e = {{0}};
+    latent_err e = {0};
     int rc = latent_model_load(&m, dir, &e);
     CHECK(rc == -1, "%s: loaded a bad model", what);
     if (rc == 0) { latent_model_free(&m); return; }
     CHECK(m.dir == NULL && m.w.slab == NULL && m.tok == NULL, "%s: not cleaned up", what);
+    CHECK(e.code == LATENT_E_FORMAT || e.code == LATENT_E_IO || e.code == LATENT_E_UNSUPPORTED,
+          "%s: a broken model is a format, I/O or unsupported error, not %s", what, latent_err_name(e.code));
     const char *want[3] = {w1, w2, w3};
     for (int i = 0; i < 3; i++)
         if (want[i]) CHECK(strstr(e.msg, want[i]) != NULL, "%s: '%s' not in: %s", what, want[i], e.msg);
@@ -155,11 +157,13 @@ static void write_raw_st(const char *path, const char *header, uint64_t hlen_fie
 static void st_expect_fail(const char *path, const char *what, const char *w1, const char *w2,
                            const char *w3) {
     st_file f;
-    latent_err e = {{0}};
-    int rc = st_file_open(&f, path, &e);
+    latent_err e = {0};
+    int rc = latent_st_file_open(&f, path, &e);
     CHECK(rc == -1, "%s: opened a bad file", what);
-    if (rc == 0) { st_file_close(&f); return; }
+    if (rc == 0) { latent_st_file_close(&f); return; }
     CHECK(f.map == NULL && f.tensors == NULL, "%s: not cleaned up", what);
+    CHECK(e.code == LATENT_E_FORMAT || e.code == LATENT_E_IO || e.code == LATENT_E_UNSUPPORTED, "%s: code %s", what,
+          latent_err_name(e.code));
     const char *want[3] = {w1, w2, w3};
     for (int i = 0; i < 3; i++)
         if (want[i]) CHECK(strstr(e.msg, want[i]) != NULL, "%s: '%s' not in: %s", what, want[i], e.msg);
@@ -174,7 +178,7 @@ static void roundtrip(const latent_config *cfg, int bf16, const char *tag) {
     latent_weights ref;
     write_model(dir, cfg, &ref, bf16);
     latent_model m;
-    latent_err e = {{0}};
+    latent_err e = {0};
     int rc = latent_model_load(&m, dir, &e);
     CHECK(rc == 0, "%s: %s", tag, e.msg);
     if (rc == 0) {
@@ -216,7 +220,7 @@ static void roundtrip(const latent_config *cfg, int bf16, const char *tag) {
 static void test_table(void) {
     latent_config c = t2mlr_config();
     latent_weights w;
-    latent_err e = {{0}};
+    latent_err e = {0};
     CHECK(latent_weights_alloc(&w, &c, &e) == 0, "%s", e.msg);
     /* 1 embed + 9 per layer + norm + 7 t2mlr + lm_head */
     CHECK(w.n_params == 1 + 9 * 3 + 1 + 7 + 1, "t2mlr param count %d", w.n_params);
@@ -274,7 +278,7 @@ static void test_roundtrips(void) {
 /* Splits the table over two shards at param `split` and writes the index. */
 static void write_sharded(const char *dir, const latent_weights *w, int split, int bf16,
                           const char *shard2_name) {
-    latent_err e = {{0}};
+    latent_err e = {0};
     int n = w->n_params;
     const char **names = malloc((size_t)n * sizeof *names);
     const float **data = malloc((size_t)n * sizeof *data);
@@ -290,10 +294,10 @@ static void write_sharded(const char *dir, const latent_weights *w, int split, i
     char path[512];
     st_dtype dt = bf16 ? ST_BF16 : ST_F32;
     path_in(path, sizeof path, dir, "model-00001-of-00002.safetensors");
-    CHECK(st_write(path, split, names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, dt, &e) == 0,
+    CHECK(latent_st_write(path, split, names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, dt, &e) == 0,
           "%s", e.msg);
     path_in(path, sizeof path, dir, "model-00002-of-00002.safetensors");
-    CHECK(st_write(path, n - split, names + split, data + split, ndims + split,
+    CHECK(latent_st_write(path, n - split, names + split, data + split, ndims + split,
                    (const int64_t(*)[ST_MAX_DIMS])(shapes + split), dt, &e) == 0, "%s", e.msg);
     size_t cap = 64 + (size_t)n * 200, k = 0;
     char *idx = malloc(cap);
@@ -316,7 +320,7 @@ static void test_sharded(void) {
         char dir[256];
         new_dir(dir, sizeof dir, bf16 ? "sharded-bf16" : "sharded-f32");
         latent_config c = t2mlr_config();
-        latent_err e = {{0}};
+        latent_err e = {0};
         char path[512];
         path_in(path, sizeof path, dir, "config.json");
         CHECK(latent_config_save(&c, path, &e) == 0, "%s", e.msg);
@@ -338,7 +342,7 @@ static void test_sharded(void) {
     char dir[256], path[512];
     new_dir(dir, sizeof dir, "shard-missing");
     latent_config c = tiny_config();
-    latent_err e = {{0}};
+    latent_err e = {0};
     path_in(path, sizeof path, dir, "config.json");
     CHECK(latent_config_save(&c, path, &e) == 0, "%s", e.msg);
     latent_weights w;
@@ -391,22 +395,22 @@ static void test_f16(void) {
              " \"data_offsets\": [0, %d]}}", N + 1, 2 * (N + 1));
     write_raw_st(path, hdr, 0, data, sizeof data);
     st_file f;
-    latent_err e = {{0}};
-    CHECK(st_file_open(&f, path, &e) == 0, "%s", e.msg);
-    const st_tensor *t = st_file_find(&f, "h");
+    latent_err e = {0};
+    CHECK(latent_st_file_open(&f, path, &e) == 0, "%s", e.msg);
+    const st_tensor *t = latent_st_file_find(&f, "h");
     CHECK(t && t->dtype == ST_F16 && t->ndim == 1 && t->shape[0] == N + 1, "f16 tensor");
-    CHECK(st_file_find(&f, "__metadata__") == NULL && f.n_tensors == 1, "metadata skipped");
+    CHECK(latent_st_file_find(&f, "__metadata__") == NULL && f.n_tensors == 1, "metadata skipped");
     if (t) {
         float out[N + 1];
-        st_to_f32(out, t->data, ST_F16, N + 1);
+        latent_st_to_f32(out, t->data, ST_F16, N + 1);
         for (int i = 0; i < N; i++) {
             CHECK(out[i] == cases[i].f && signbit(out[i]) == signbit(cases[i].f),
                   "f16 0x%04x -> %.10g, want %.10g", cases[i].h, out[i], cases[i].f);
         }
         CHECK(isnan(out[N]), "f16 nan -> %g", out[N]);
     }
-    st_file_close(&f);
-    st_file_close(&f);
+    latent_st_file_close(&f);
+    latent_st_file_close(&f);
 
     /* A whole model stored as F16 (values k/8 are exact in half). */
     new_dir(dir, sizeof dir, "model-f16");
@@ -477,24 +481,24 @@ static void test_bf16_rounding(void) {
     const float *data[] = {in};
     int ndims[] = {1};
     int64_t shapes[1][ST_MAX_DIMS] = {{N}};
-    latent_err e = {{0}};
-    CHECK(st_write(path, 1, names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, ST_BF16, &e) == 0,
+    latent_err e = {0};
+    CHECK(latent_st_write(path, 1, names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, ST_BF16, &e) == 0,
           "%s", e.msg);
     st_file f;
-    CHECK(st_file_open(&f, path, &e) == 0, "%s", e.msg);
+    CHECK(latent_st_file_open(&f, path, &e) == 0, "%s", e.msg);
     CHECK(f.data_start % 8 == 0, "data section at %zu, not 8-aligned", f.data_start);
-    const st_tensor *t = st_file_find(&f, "x");
+    const st_tensor *t = latent_st_file_find(&f, "x");
     CHECK(t && t->dtype == ST_BF16 && t->nbytes == 2 * N, "bf16 tensor");
     if (t) {
         float out[N];
-        st_to_f32(out, t->data, ST_BF16, N);
+        latent_st_to_f32(out, t->data, ST_BF16, N);
         for (int i = 0; i < N; i++) {
             if (isnan(want[i])) CHECK(isnan(out[i]), "bf16 nan");
             else CHECK(out[i] == want[i] && signbit(out[i]) == signbit(want[i]),
                        "bf16(%.10g) = %.10g, want %.10g", in[i], out[i], want[i]);
         }
     }
-    st_file_close(&f);
+    latent_st_file_close(&f);
     CHECK(access(path, F_OK) == 0, "file written");
     char tmp[600];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -565,18 +569,18 @@ static void test_corrupt_files(void) {
                  " \"u\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [2, 6]}}", 0,
                  "\x80\x3f\x00\x00\x80\x3f", 6);
     st_file sf;
-    latent_err e = {{0}};
-    CHECK(st_file_open(&sf, path, &e) == 0, "edge cases: %s", e.msg);
-    const st_tensor *t = st_file_find(&sf, "u");
+    latent_err e = {0};
+    CHECK(latent_st_file_open(&sf, path, &e) == 0, "edge cases: %s", e.msg);
+    const st_tensor *t = latent_st_file_find(&sf, "u");
     CHECK(sf.n_tensors == 3 && t && t->nbytes == 4, "edge tensors");
     if (t) {
         float v = 0;
-        st_to_f32(&v, t->data, t->dtype, 1);
+        latent_st_to_f32(&v, t->data, t->dtype, 1);
         CHECK(v == 1.0f, "unaligned f32 %g", v);
     }
-    t = st_file_find(&sf, "h");
+    t = latent_st_file_find(&sf, "h");
     CHECK(t && t->ndim == 0 && t->nbytes == 2, "scalar");
-    st_file_close(&sf);
+    latent_st_file_close(&sf);
 
     st_expect_fail("/nonexistent/model.safetensors", "no file", "/nonexistent/model.safetensors",
                    "cannot open", NULL);
@@ -603,7 +607,7 @@ static void test_truncated_model(void) {
 /* Writes cfg's table with one tensor dropped or reshaped. */
 static void write_tweaked(const char *dir, const latent_config *cfg, const latent_config *weights_cfg,
                           const char *drop, const char *reshape, const char *extra) {
-    latent_err e = {{0}};
+    latent_err e = {0};
     char path[512];
     path_in(path, sizeof path, dir, "config.json");
     CHECK(latent_config_save(cfg, path, &e) == 0, "%s", e.msg);
@@ -638,7 +642,7 @@ static void write_tweaked(const char *dir, const latent_config *cfg, const laten
         n++;
     }
     path_in(path, sizeof path, dir, "model.safetensors");
-    CHECK(st_write(path, n, names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, ST_F32, &e) == 0,
+    CHECK(latent_st_write(path, n, names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, ST_F32, &e) == 0,
           "%s", e.msg);
     latent_weights_free(&w);
 }
@@ -690,7 +694,7 @@ static void test_model_errors(void) {
     new_dir(dir, sizeof dir, "extras-ok");
     write_tweaked(dir, &tied, &c, NULL, NULL, "model.layers.0.self_attn.rotary_emb.inv_freq");
     latent_model m;
-    latent_err e = {{0}};
+    latent_err e = {0};
     CHECK(latent_model_load(&m, dir, &e) == 0, "extras: %s", e.msg);
     if (m.w.slab) {
         CHECK(m.w.lm_head == m.w.embed, "extras: tied");
@@ -732,7 +736,7 @@ static void test_model_errors(void) {
     latent_model_free(&z);
     latent_model_free(NULL);
     latent_weights_free(NULL);
-    st_file_close(NULL);
+    latent_st_file_close(NULL);
 }
 
 /* weights_save to an explicit file path (not a directory). */
@@ -741,17 +745,17 @@ static void test_save_to_file(void) {
     new_dir(dir, sizeof dir, "save-file");
     latent_config c = lrt_config(true, true, true);
     latent_weights w;
-    latent_err e = {{0}};
+    latent_err e = {0};
     CHECK(latent_weights_alloc(&w, &c, &e) == 0, "%s", e.msg);
     fill_pattern(&w);
     path_in(path, sizeof path, dir, "ckpt.safetensors");
     CHECK(latent_weights_save(&w, path, 0, &e) == 0, "%s", e.msg);
     st_file f;
-    CHECK(st_file_open(&f, path, &e) == 0, "%s", e.msg);
+    CHECK(latent_st_file_open(&f, path, &e) == 0, "%s", e.msg);
     CHECK(f.n_tensors == w.n_params, "all params written: %d vs %d", f.n_tensors, w.n_params);
     for (int i = 0; i < f.n_tensors && i < w.n_params; i++)
         CHECK(strcmp(f.tensors[i].name, w.params[i].name) == 0, "file order %d", i);
-    st_file_close(&f);
+    latent_st_file_close(&f);
     latent_weights_free(&w);
 }
 

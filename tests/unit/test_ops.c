@@ -2,7 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "latent/ops.h"
+#include "kernels/kernels.h"
+#include "ref_ops.h"
 #include "testutil.h"
 #include "tiny_model.h"
 
@@ -19,7 +20,7 @@ int main(void) {
         int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
         float *x = randv((size_t)n * in), *w = randv((size_t)out * in);
         float *a = malloc(sizeof(float) * n * out), *b = malloc(sizeof(float) * n * out);
-        matmul_forward(a, x, w, n, in, out);
+        latent_matmul_forward(a, x, w, n, in, out);
         matmul_forward_ref(b, x, w, n, in, out);
         CHECK(tu_rel_err(a, b, (size_t)n * out) < 1e-5, "matmul %dx%dx%d rel err %g", n, in, out,
               tu_rel_err(a, b, (size_t)n * out));
@@ -37,11 +38,11 @@ int main(void) {
         float *a2 = malloc(sizeof(float) * n * out), *b2 = malloc(sizeof(float) * n * out);
         latent_linear l, l2;
         CHECK(latent_linear_init(&l, w, out, in) == 0 && latent_linear_init(&l2, w2, out, in) == 0, "linear init");
-        linear_forward(a, x, &l, n);
+        latent_linear_forward(a, x, &l, n);
         matmul_forward_ref(b, x, w, n, in, out);
         CHECK(tu_rel_err(a, b, (size_t)n * out) < 1e-5, "linear %dx%dx%d rel err %g", n, in, out,
               tu_rel_err(a, b, (size_t)n * out));
-        linear_forward_multi((float *[]){a, a2}, (const latent_linear *[]){&l, &l2}, 2, x, n);
+        latent_linear_forward_multi((float *[]){a, a2}, (const latent_linear *[]){&l, &l2}, 2, x, n);
         matmul_forward_ref(b2, x, w2, n, in, out);
         CHECK(tu_rel_err(a, b, (size_t)n * out) < 1e-5 && tu_rel_err(a2, b2, (size_t)n * out) < 1e-5,
               "linear multi %dx%dx%d", n, in, out);
@@ -52,7 +53,7 @@ int main(void) {
     {
         int n = 3, d = 50;
         float *x = randv(n * d), *w = randv(d), *a = malloc(sizeof(float) * n * d), *b = malloc(sizeof(float) * n * d);
-        rmsnorm_forward(a, x, w, n, d, 1e-5f);
+        latent_rmsnorm_forward(a, x, w, n, d, 1e-5f);
         rmsnorm_forward_ref(b, x, w, n, d, 1e-5f);
         CHECK(tu_rel_err(a, b, n * d) < 1e-6, "rmsnorm rel err %g", tu_rel_err(a, b, n * d));
         free(x), free(w), free(a), free(b);
@@ -62,15 +63,15 @@ int main(void) {
         int heads = 3, hd = 16;
         float *x = randv(heads * hd), *y = malloc(sizeof(float) * heads * hd), c[8], sn[8];
         memcpy(y, x, sizeof(float) * heads * hd);
-        rope_tables(c, sn, hd, 1000, 10000.0f);
-        rope_forward(x, heads, hd, c, sn);
+        latent_rope_tables(c, sn, hd, 1000, 10000.0f);
+        latent_rope_forward(x, heads, hd, c, sn);
         rope_forward_ref(y, heads, hd, 1000, 10000.0f);
         CHECK(tu_rel_err(x, y, heads * hd) < 1e-6, "rope rel err %g", tu_rel_err(x, y, heads * hd));
         /* position 0 is the identity */
         float *z = randv(hd), z0[16];
         memcpy(z0, z, sizeof z0);
-        rope_tables(c, sn, hd, 0, 10000.0f);
-        rope_forward(z, 1, hd, c, sn);
+        latent_rope_tables(c, sn, hd, 0, 10000.0f);
+        latent_rope_forward(z, 1, hd, c, sn);
         CHECK(memcmp(z, z0, sizeof z0) == 0, "rope at position 0 must not change the vector");
         free(x), free(y), free(z);
     }
@@ -78,13 +79,13 @@ int main(void) {
     {
         size_t n = 300;
         float *g = randv(n), *u = randv(n), *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
-        swiglu_forward(a, g, u, n);
+        latent_swiglu_forward(a, g, u, n);
         swiglu_forward_ref(b, g, u, n);
         CHECK(tu_rel_err(a, b, n) < 1e-6, "swiglu rel err %g", tu_rel_err(a, b, n));
         for (size_t i = 0; i < n; i++) g[i] *= 30.0f; /* large logits: max subtraction matters */
         memcpy(a, g, n * sizeof(float));
         memcpy(b, g, n * sizeof(float));
-        softmax_forward(a, (int)n);
+        latent_softmax_forward(a, (int)n);
         softmax_forward_ref(b, (int)n);
         CHECK(tu_rel_err(a, b, n) < 1e-5, "softmax rel err %g", tu_rel_err(a, b, n));
         double sum = 0;

@@ -107,7 +107,7 @@ static const char *write_tokenizer(const char *name, tok_opts o) {
 }
 
 static latent_tokenizer *load(const char *name, tok_opts o) {
-    latent_err err = {{0}};
+    latent_err err = {0};
     latent_tokenizer *t = latent_tokenizer_load(write_tokenizer(name, o), &err);
     CHECK(t != NULL, "load %s: %s", name, err.msg);
     if (!t) exit(1);
@@ -369,20 +369,22 @@ static void expect_error(const char *name, const char *json, const char *needle)
     if (!f) { CHECK(0, "cannot write %s", path_buf); return; }
     fputs(json, f);
     fclose(f);
-    latent_err err = {{0}};
+    latent_err err = {0};
     latent_tokenizer *t = latent_tokenizer_load(path_buf, &err);
     CHECK(t == NULL, "%s: loaded a broken file", name);
     latent_tokenizer_free(t);
     CHECK(strstr(err.msg, path_buf) != NULL, "%s: message does not name the file: %s", name, err.msg);
+    CHECK(err.code == LATENT_E_FORMAT || err.code == LATENT_E_UNSUPPORTED, "%s: code %s", name, latent_err_name(err.code));
     CHECK(strstr(err.msg, needle) != NULL, "%s: message lacks \"%s\": %s", name, needle, err.msg);
 }
 
 #define BL "\"pre_tokenizer\": {\"type\": \"ByteLevel\"}"
 static void test_errors(void) {
-    latent_err err = {{0}};
+    latent_err err = {0};
     snprintf(path_buf, sizeof path_buf, "%s/missing/tokenizer.json", dir);
     CHECK(latent_tokenizer_load(path_buf, &err) == NULL, "missing file");
     CHECK(strstr(err.msg, path_buf) && strstr(err.msg, "cannot read"), "missing file message: %s", err.msg);
+    CHECK(err.code == LATENT_E_IO, "missing file code: %s", latent_err_name(err.code));
     CHECK(latent_tokenizer_load(path_buf, NULL) == NULL, "NULL err is allowed");
 
     expect_error("trunc.json", "{\"model\": {\"vocab\": {\"a\": 0", "invalid JSON");

@@ -43,7 +43,7 @@ static void engine_logits_p(const latent_model *m, const int32_t *tok, int n_pro
     latent_err err;
     latent_kv_pool pool;
     int V = m->cfg.vocab;
-    if (latent_kv_pool_init(&pool, &m->cfg, 4, latent_kv_page_bytes(&m->cfg, 4) * 16, &err) != 0) abort();
+    if (latent_kv_pool_init(&pool, &m->cfg, 4, latent_kv_page_bytes(&m->cfg, 4, LATENT_KV_F32) * 16, LATENT_KV_F32, &err) != 0) abort();
     latent_engine *e = latent_engine_new(m, &err);
     for (int b = 0; b < B; b++) {
         latent_seq s;

@@ -4,14 +4,14 @@
  * Determinism: every output element is computed by one task whose extent
  * depends only on the sizes and the thread count, and scalar reductions sum
  * per-row partials in row order, so a run repeats bit for bit. */
-#include "latent/train_ops.h"
+#include "train/train_ops.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "latent/ops.h"
+#include "kernels/kernels.h"
 #include "latent/threads.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -48,7 +48,7 @@ static void rows_task(void *ctx, int task) {
     if (r0 < r1) j->fn(j->ctx, r0, r1);
 }
 
-void tr_par_rows(tr_rows_fn fn, void *ctx, int n) {
+void latent_tr_par_rows(tr_rows_fn fn, void *ctx, int n) {
     if (n <= 0) return;
     int threads = latent_get_threads();
     /* Two chunks per thread: the caller picks up what a descheduled worker left. */
@@ -59,7 +59,7 @@ void tr_par_rows(tr_rows_fn fn, void *ctx, int n) {
 
 /* ---- embedding ---------------------------------------------------------- */
 
-void tr_embedding_forward(float *out, const int32_t *tokens, const float *embed, int n, int d) {
+void latent_tr_embedding_forward(float *out, const int32_t *tokens, const float *embed, int n, int d) {
     for (int r = 0; r < n; r++) memcpy(out + (size_t)r * d, embed + (size_t)tokens[r] * d, d * sizeof(float));
 }
 
@@ -81,7 +81,7 @@ static void emb_bwd_task(void *ctx, int task) {
     }
 }
 
-void tr_embedding_backward(float *dembed, const float *dout, const int32_t *tokens, int n, int d) {
+void latent_tr_embedding_backward(float *dembed, const float *dout, const int32_t *tokens, int n, int d) {
     /* dembed[tokens[r]] += dout[r]: rows may repeat a token, so split columns. */
     int tasks = d >= 64 ? latent_get_threads() : 1;
     emb_job j = {dembed, dout, tokens, n, d, ((d + tasks - 1) / tasks + 15) / 16 * 16};
@@ -108,7 +108,7 @@ static void lin_fwd_task(void *ctx, int task) {
             for (int c = 0; c < j->out_dim; c++) o[c] += j->bias[c];
 }
 
-void tr_linear_forward(float *out, const float *x, const float *w, const float *bias, int n, int in_dim,
+void latent_tr_linear_forward(float *out, const float *x, const float *w, const float *bias, int n, int in_dim,
                     int out_dim) {
     /* Rows split over the threads; each task reads all of W (it stays in cache). */
     int threads = latent_get_threads();
@@ -151,7 +151,7 @@ static void lin_bwd_task(void *ctx, int task) {
         }
 }
 
-void tr_linear_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x, const float *w,
+void latent_tr_linear_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x, const float *w,
                      int n, int in_dim, int out_dim) {
     int threads = latent_get_threads();
     lin_bwd_job j = {dx, dw, dbias, dout, x, w, n, in_dim, out_dim, 0, 1, 1};
@@ -196,7 +196,7 @@ static int row_tasks_for(int n) {
     return n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
 }
 
-void tr_linear_forward_multi(float *const *outs, const float *x, const float *const *ws, const int *out_dims, int k,
+void latent_tr_linear_forward_multi(float *const *outs, const float *x, const float *const *ws, const int *out_dims, int k,
                              int n, int in_dim) {
     if (k > MULTI_MAX) abort();
     int tasks = row_tasks_for(n);
@@ -230,7 +230,7 @@ static void multi_bwd_task(void *ctx, int task) {
                 j->in_dim, 1.0f, j->dws[i] + (size_t)o0 * j->in_dim, j->in_dim);
 }
 
-void tr_linear_backward_multi(float *dx, float *const *dws, const float *const *douts, const float *x,
+void latent_tr_linear_backward_multi(float *dx, float *const *dws, const float *const *douts, const float *x,
                               const float *const *ws, const int *out_dims, int k, int n, int in_dim) {
     if (k > MULTI_MAX) abort();
     int threads = latent_get_threads(), tasks = row_tasks_for(n);
@@ -264,9 +264,9 @@ static void norm_fwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n, int d, float eps) {
+void latent_tr_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int n, int d, float eps) {
     norm_job j = {.out = out, .rstd = rstd, .x = x, .w = w, .d = d, .eps = eps};
-    tr_par_rows(norm_fwd_rows, &j, n);
+    latent_tr_par_rows(norm_fwd_rows, &j, n);
 }
 
 static void norm_bwd_rows(void *ctx, int r0, int r1) {
@@ -295,10 +295,10 @@ static void norm_dw_task(void *ctx, int task) {
     }
 }
 
-void tr_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *rstd,
+void latent_tr_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *rstd,
                       const float *w, int n, int d) {
     norm_job j = {.rstd = (float *)rstd, .dx = dx, .dw = dw, .x = x, .w = w, .dout = dout, .n = n, .d = d};
-    if (dx) tr_par_rows(norm_bwd_rows, &j, n);
+    if (dx) latent_tr_par_rows(norm_bwd_rows, &j, n);
     if (dw) {
         int tasks = d >= 64 ? latent_get_threads() : 1;
         j.chunk = ((d + tasks - 1) / tasks + 15) / 16 * 16;
@@ -308,9 +308,9 @@ void tr_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x
 
 /* ---- RoPE --------------------------------------------------------------- */
 
-void tr_rope_tables(float *cos_t, float *sin_t, int n_pos, int head_dim, float theta) {
+void latent_tr_rope_tables(float *cos_t, float *sin_t, int n_pos, int head_dim, float theta) {
     int half = head_dim / 2;
-    for (int p = 0; p < n_pos; p++) rope_tables(cos_t + (size_t)p * half, sin_t + (size_t)p * half, head_dim, p, theta);
+    for (int p = 0; p < n_pos; p++) latent_rope_tables(cos_t + (size_t)p * half, sin_t + (size_t)p * half, head_dim, p, theta);
 }
 
 typedef struct {
@@ -324,14 +324,14 @@ static void rope_fwd_rows(void *ctx, int r0, int r1) {
     const rope_job *j = ctx;
     int half = j->hd / 2;
     for (int r = r0; r < r1; r++)
-        rope_forward(j->x + (size_t)r * j->n_heads * j->hd, j->n_heads, j->hd, j->c + (size_t)j->pos[r] * half,
+        latent_rope_forward(j->x + (size_t)r * j->n_heads * j->hd, j->n_heads, j->hd, j->c + (size_t)j->pos[r] * half,
                      j->s + (size_t)j->pos[r] * half);
 }
 
-void tr_rope_forward(float *x, const int *pos, const float *cos_t, const float *sin_t, int n, int n_heads,
+void latent_tr_rope_forward(float *x, const int *pos, const float *cos_t, const float *sin_t, int n, int n_heads,
                         int head_dim) {
     rope_job j = {x, pos, cos_t, sin_t, n_heads, head_dim};
-    tr_par_rows(rope_fwd_rows, &j, n);
+    latent_tr_par_rows(rope_fwd_rows, &j, n);
 }
 
 static void rope_bwd_rows(void *ctx, int r0, int r1) {
@@ -351,10 +351,10 @@ static void rope_bwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_rope_backward(float *dx, const int *pos, const float *cos_t, const float *sin_t, int n, int n_heads,
+void latent_tr_rope_backward(float *dx, const int *pos, const float *cos_t, const float *sin_t, int n, int n_heads,
                    int head_dim) {
     rope_job j = {dx, pos, cos_t, sin_t, n_heads, head_dim};
-    tr_par_rows(rope_bwd_rows, &j, n);
+    latent_tr_par_rows(rope_bwd_rows, &j, n);
 }
 
 /* ---- attention ---------------------------------------------------------- */
@@ -405,7 +405,7 @@ static void att_fwd_task(void *ctx, int task) {
     }
 }
 
-void tr_attention_forward(float *out, float *prob, const float *q, const float *k, const float *v,
+void latent_tr_attention_forward(float *out, float *prob, const float *q, const float *k, const float *v,
                              const int *qpos, int B, int nq, int T, int n_heads, int n_kv_heads, int hd) {
     att_job j = {.out = out, .prob = prob, .q = q, .k = k, .v = v, .qpos = qpos, .B = B, .nq = nq, .T = T,
                  .H = n_heads, .KV = n_kv_heads, .hd = hd};
@@ -456,7 +456,7 @@ static void att_bwd_task(void *ctx, int task) {
     free(dP);
 }
 
-void tr_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *prob, const float *q,
+void latent_tr_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *prob, const float *q,
                         const float *k, const float *v, const int *qpos, int B, int nq, int T, int n_heads,
                         int n_kv_heads, int hd) {
     att_job j = {.prob = (float *)prob, .dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .dout = dout,
@@ -480,10 +480,10 @@ static void swiglu_fwd_rows(void *ctx, int r0, int r1) {
 /* Elementwise ops: tr_par_rows over the flat range of floats. */
 static void par_elems(tr_rows_fn fn, void *ctx, size_t n) {
     if (n > (size_t)1 << 30) abort(); /* activations are far smaller; int ranges suffice */
-    tr_par_rows(fn, ctx, (int)n);
+    latent_tr_par_rows(fn, ctx, (int)n);
 }
 
-void tr_swiglu_forward(float *out, const float *g, const float *u, size_t n) {
+void latent_tr_swiglu_forward(float *out, const float *g, const float *u, size_t n) {
     ew_job j = {.out = out, .g = g, .u = u};
     par_elems(swiglu_fwd_rows, &j, n);
 }
@@ -499,7 +499,7 @@ static void swiglu_bwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_swiglu_backward(float *dg, float *du, const float *dout, const float *g, const float *u, size_t n) {
+void latent_tr_swiglu_backward(float *dg, float *du, const float *dout, const float *g, const float *u, size_t n) {
     ew_job j = {.dg = dg, .du = du, .g = g, .u = u, .dout = dout};
     par_elems(swiglu_bwd_rows, &j, n);
 }
@@ -510,7 +510,7 @@ static void residual_rows(void *ctx, int r0, int r1) {
     for (int i = r0; i < r1; i++) j->out[i] = j->g[i] + j->u[i];
 }
 
-void tr_residual_forward(float *out, const float *a, const float *b, size_t n) {
+void latent_tr_residual_forward(float *out, const float *a, const float *b, size_t n) {
     ew_job j = {.out = out, .g = a, .u = b};
     par_elems(residual_rows, &j, n);
 }
@@ -521,7 +521,7 @@ static void add_rows(void *ctx, int r0, int r1) {
     for (int i = r0; i < r1; i++) j->out[i] += j->src[i];
 }
 
-void tr_add(float *dst, const float *src, size_t n) {
+void latent_tr_add(float *dst, const float *src, size_t n) {
     ew_job j = {.out = dst, .src = src};
     par_elems(add_rows, &j, n);
 }
@@ -553,10 +553,10 @@ static void ce_fwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_crossentropy_forward(float *loss, const float *logits, const int32_t *targets, const uint8_t *mask, int n,
+void latent_tr_crossentropy_forward(float *loss, const float *logits, const int32_t *targets, const uint8_t *mask, int n,
                           int V) {
     ce_job j = {.loss = loss, .logits = (float *)logits, .targets = targets, .mask = mask, .V = V};
-    tr_par_rows(ce_fwd_rows, &j, n);
+    latent_tr_par_rows(ce_fwd_rows, &j, n);
 }
 
 static void ce_bwd_rows(void *ctx, int r0, int r1) {
@@ -585,10 +585,10 @@ static void ce_bwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_crossentropy_softmax_backward(float *logits, float *loss, const int32_t *targets, const uint8_t *mask,
+void latent_tr_crossentropy_softmax_backward(float *logits, float *loss, const int32_t *targets, const uint8_t *mask,
                                       float scale, int n, int V) {
     ce_job j = {.logits = logits, .loss = loss, .targets = targets, .mask = mask, .scale = scale, .V = V};
-    tr_par_rows(ce_bwd_rows, &j, n);
+    latent_tr_par_rows(ce_bwd_rows, &j, n);
 }
 
 /* ---- T2MLR fusion and cache update -------------------------------------- */
@@ -634,15 +634,15 @@ static void fuse_gate_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_t2mlr_fuse_forward(float *out, const t2mlr_fuse_acts *a, const float *h, const float *R, t2mlr_fuse_w w,
+void latent_tr_t2mlr_fuse_forward(float *out, const t2mlr_fuse_acts *a, const float *h, const float *R, t2mlr_fuse_w w,
                            const uint8_t *flow, int n, int d) {
     fuse_job j = {.out = out, .a = a, .h = h, .flow = flow, .tr = tanhf(w.gamma_rec[0]), .tc = tanhf(w.gamma_cur[0]),
                   .br = w.f_rec_b, .bc = w.f_cur_b, .d = d};
-    tr_linear_forward(a->u, R, w.w_rec, NULL, n, d, d); /* u = R W_rec^T */
-    tr_par_rows(fuse_fwd_rows, &j, n);                  /* z = [h ; u]; flow-1 rows pass h */
-    tr_linear_forward(a->sr, a->z, w.f_rec_w, NULL, n, 2 * d, d);
-    tr_linear_forward(a->sc, a->z, w.f_cur_w, NULL, n, 2 * d, d);
-    tr_par_rows(fuse_gate_rows, &j, n);
+    latent_tr_linear_forward(a->u, R, w.w_rec, NULL, n, d, d); /* u = R W_rec^T */
+    latent_tr_par_rows(fuse_fwd_rows, &j, n);                  /* z = [h ; u]; flow-1 rows pass h */
+    latent_tr_linear_forward(a->sr, a->z, w.f_rec_w, NULL, n, 2 * d, d);
+    latent_tr_linear_forward(a->sc, a->z, w.f_cur_w, NULL, n, 2 * d, d);
+    latent_tr_par_rows(fuse_gate_rows, &j, n);
 }
 
 static void fuse_bwd_rows(void *ctx, int r0, int r1) {
@@ -693,7 +693,7 @@ static void split_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
+void latent_tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
                             const float *h, const float *R, t2mlr_fuse_w w, const uint8_t *flow, float *scratch,
                             int n, int d) {
     /* scratch: dpre_r, dpre_c (n, d each) | dz (n, 2d) | du (n, d) | the
@@ -703,7 +703,7 @@ void tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *d
     fuse_job j = {.dh = dh, .du = du, .dpre_r = dpre_r, .dpre_c = dpre_c, .part_r = part, .part_c = part + n,
                   .a = a, .h = h, .dout = dout, .flow = flow, .tr = tanhf(w.gamma_rec[0]),
                   .tc = tanhf(w.gamma_cur[0]), .d = d};
-    tr_par_rows(fuse_bwd_rows, &j, n);
+    latent_tr_par_rows(fuse_bwd_rows, &j, n);
     double sr = 0, sc = 0;
     for (int r = 0; r < n; r++) sr += part[r], sc += part[n + r];
     /* tr = tanh(gamma_rec): d tr / d gamma = 1 - tr^2 */
@@ -711,12 +711,12 @@ void tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *d
     g.gamma_cur[0] += (float)(sc * (1.0 - (double)j.tc * j.tc));
     /* pre = z F^T + b */
     memset(dz, 0, (size_t)n * 2 * d * sizeof(float));
-    tr_linear_backward(dz, g.f_rec_w, g.f_rec_b, dpre_r, a->z, w.f_rec_w, n, 2 * d, d);
-    tr_linear_backward(dz, g.f_cur_w, g.f_cur_b, dpre_c, a->z, w.f_cur_w, n, 2 * d, d);
+    latent_tr_linear_backward(dz, g.f_rec_w, g.f_rec_b, dpre_r, a->z, w.f_rec_w, n, 2 * d, d);
+    latent_tr_linear_backward(dz, g.f_cur_w, g.f_cur_b, dpre_c, a->z, w.f_cur_w, n, 2 * d, d);
     split_job sj = {dh, du, dz, d};
-    tr_par_rows(split_rows, &sj, n);
+    latent_tr_par_rows(split_rows, &sj, n);
     /* u = R W_rec^T */
-    tr_linear_backward(dR, g.w_rec, NULL, du, R, w.w_rec, n, d, d);
+    latent_tr_linear_backward(dR, g.w_rec, NULL, du, R, w.w_rec, n, d, d);
 }
 
 typedef struct {
@@ -752,11 +752,11 @@ static void upd_fwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_t2mlr_update_forward(float *out, float *f, const float *y, const float *prev, const uint8_t *flow,
+void latent_tr_t2mlr_update_forward(float *out, float *f, const float *y, const float *prev, const uint8_t *flow,
                              int residual, float clamp, float eps, int n, int d) {
     upd_job j = {.out = out, .f = f, .y = y, .prev = prev, .flow = flow, .residual = residual, .d = d,
                  .clamp = clamp, .eps = eps};
-    tr_par_rows(upd_fwd_rows, &j, n);
+    latent_tr_par_rows(upd_fwd_rows, &j, n);
 }
 
 static void upd_bwd_rows(void *ctx, int r0, int r1) {
@@ -778,12 +778,12 @@ static void upd_bwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_t2mlr_update_backward(float *dy, float *dprev, const float *dout, const float *f, int n, int d) {
+void latent_tr_t2mlr_update_backward(float *dy, float *dprev, const float *dout, const float *f, int n, int d) {
     upd_job j = {.f = (float *)f, .dy = dy, .dprev = dprev, .dout = dout, .d = d};
-    tr_par_rows(upd_bwd_rows, &j, n);
+    latent_tr_par_rows(upd_bwd_rows, &j, n);
 }
 
-void tr_shift_right_forward(float *out, const float *in, int B, int T, int d) {
+void latent_tr_shift_right_forward(float *out, const float *in, int B, int T, int d) {
     for (int b = 0; b < B; b++) {
         float *o = out + (size_t)b * T * d;
         memset(o, 0, (size_t)d * sizeof(float));
@@ -791,8 +791,8 @@ void tr_shift_right_forward(float *out, const float *in, int B, int T, int d) {
     }
 }
 
-void tr_shift_right_backward(float *din, const float *dout, int B, int T, int d) {
-    for (int b = 0; b < B; b++) tr_add(din + (size_t)b * T * d, dout + ((size_t)b * T + 1) * d, (size_t)(T - 1) * d);
+void latent_tr_shift_right_backward(float *din, const float *dout, int B, int T, int d) {
+    for (int b = 0; b < B; b++) latent_tr_add(din + (size_t)b * T * d, dout + ((size_t)b * T + 1) * d, (size_t)(T - 1) * d);
 }
 
 /* ---- LRT injections ----------------------------------------------------- */
@@ -815,7 +815,7 @@ static void inj_fwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_lrt_residual_forward(float *out, const float *x, const float *m, float alpha, float gamma, size_t n) {
+void latent_tr_lrt_residual_forward(float *out, const float *x, const float *m, float alpha, float gamma, size_t n) {
     inj_job j = {.out = out, .x = x, .m = m, .alpha = alpha, .gamma = gamma};
     par_elems(inj_fwd_rows, &j, n);
 }
@@ -846,14 +846,14 @@ static void inj_part_rows(void *ctx, int c0, int c1) {
     }
 }
 
-void tr_lrt_residual_backward(float *dx, float *dm, float *dalpha, float *dgamma, const float *dout, const float *x,
+void latent_tr_lrt_residual_backward(float *dx, float *dm, float *dalpha, float *dgamma, const float *dout, const float *x,
                            const float *m, float alpha, float gamma, size_t n) {
     int nc = (int)((n + INJ_PART - 1) / INJ_PART);
     float *part = malloc((size_t)2 * (nc ? nc : 1) * sizeof(float));
     if (!part) abort();
     inj_job j = {.n = n, .dx = dx, .dm = dm, .part_a = part, .part_g = part + nc, .x = x,
                  .m = m, .dout = dout, .alpha = alpha, .gamma = gamma};
-    tr_par_rows(inj_part_rows, &j, nc);
+    latent_tr_par_rows(inj_part_rows, &j, nc);
     double sa = 0, sg = 0;
     for (int c = 0; c < nc; c++) sa += part[c], sg += part[nc + c];
     if (dalpha) dalpha[0] += (float)sa;
@@ -885,18 +885,18 @@ static void kvi_fwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_lrt_kv_forward(float *k, float *v, float *gate, float *mk, float *mv, const float *kl, const float *vl,
+void latent_tr_lrt_kv_forward(float *k, float *v, float *gate, float *mk, float *mv, const float *kl, const float *vl,
                     const float *a, const float *m, const float *G, const float *K, const float *V, int n,
                     int d, int n_kv_heads, int hd) {
     int kvd = n_kv_heads * hd;
-    tr_linear_forward(gate, a, G, NULL, n, d, 2 * n_kv_heads);
+    latent_tr_linear_forward(gate, a, G, NULL, n, d, 2 * n_kv_heads);
     if (m) {
-        tr_linear_forward(mk, m, K, NULL, n, d, kvd);
-        tr_linear_forward(mv, m, V, NULL, n, d, kvd);
+        latent_tr_linear_forward(mk, m, K, NULL, n, d, kvd);
+        latent_tr_linear_forward(mv, m, V, NULL, n, d, kvd);
     }
     kvi_job j = {.k = k, .v = v, .gate = gate, .mk = m ? mk : NULL, .mv = m ? mv : NULL, .kl = kl, .vl = vl,
                  .nkv = n_kv_heads, .hd = hd};
-    tr_par_rows(kvi_fwd_rows, &j, n);
+    latent_tr_par_rows(kvi_fwd_rows, &j, n);
 }
 
 static void kvi_bwd_rows(void *ctx, int r0, int r1) {
@@ -927,7 +927,7 @@ static void kvi_bwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void tr_lrt_kv_backward(float *dkl, float *dvl, float *da, float *dm, float *dG, float *dK, float *dV,
+void latent_tr_lrt_kv_backward(float *dkl, float *dvl, float *da, float *dm, float *dG, float *dK, float *dV,
                      const float *dk, const float *dv, const float *gate, const float *mk, const float *mv,
                      const float *kl, const float *vl, const float *a, const float *m, const float *G,
                      const float *K, const float *V, float *scratch, int n, int d, int n_kv_heads, int hd) {
@@ -936,10 +936,10 @@ void tr_lrt_kv_backward(float *dkl, float *dvl, float *da, float *dm, float *dG,
     kvi_job j = {.gate = (float *)gate, .dkl = dkl, .dvl = dvl, .dmk = dmk, .dmv = dmv, .dgl = dgl,
                  .mk = m ? mk : NULL, .mv = m ? mv : NULL, .kl = kl, .vl = vl, .dk = dk, .dv = dv,
                  .nkv = n_kv_heads, .hd = hd};
-    tr_par_rows(kvi_bwd_rows, &j, n);
-    tr_linear_backward(da, dG, NULL, dgl, a, G, n, d, 2 * n_kv_heads);
+    latent_tr_par_rows(kvi_bwd_rows, &j, n);
+    latent_tr_linear_backward(da, dG, NULL, dgl, a, G, n, d, 2 * n_kv_heads);
     if (m) {
-        tr_linear_backward(dm, dK, NULL, dmk, m, K, n, d, kvd);
-        tr_linear_backward(dm, dV, NULL, dmv, m, V, n, d, kvd);
+        latent_tr_linear_backward(dm, dK, NULL, dmk, m, K, n, d, kvd);
+        latent_tr_linear_backward(dm, dV, NULL, dmv, m, V, n, d, kvd);
     }
 }

@@ -30,18 +30,18 @@ typedef struct st_file {
 
 /* Maps and validates `path`: header JSON well formed, known dtypes, offsets
  * inside the file, sizes matching dtype*shape, no overlapping tensors. */
-int st_file_open(st_file *f, const char *path, latent_err *err);
-void st_file_close(st_file *f);   /* accepts a zeroed or NULL file */
-const st_tensor *st_file_find(const st_file *f, const char *name);
+int latent_st_file_open(st_file *f, const char *path, latent_err *err);
+void latent_st_file_close(st_file *f);   /* accepts a zeroed or NULL file */
+const st_tensor *latent_st_file_find(const st_file *f, const char *name);
 
 /* Converts n elements of src (dtype) to float32 in dst. */
-void st_to_f32(float *dst, const void *src, st_dtype dtype, size_t n);
-const char *st_dtype_name(st_dtype t);
+void latent_st_to_f32(float *dst, const void *src, st_dtype dtype, size_t n);
+const char *latent_st_dtype_name(st_dtype t);
 
 /* Writing (trainer checkpoints, test models): `names[i]` with float32 data
  * `data[i]` of shape shapes[i][0..ndims[i]-1], stored as `dtype` (F32 or
  * BF16). Written to path.tmp, fsynced and renamed over path. */
-int st_write(const char *path, int n, const char *const *names, const float *const *data,
+int latent_st_write(const char *path, int n, const char *const *names, const float *const *data,
              const int *ndims, const int64_t (*shapes)[ST_MAX_DIMS], st_dtype dtype,
              latent_err *err);
 

@@ -1,9 +1,8 @@
 /* Forward ops over row-major activations, each with a naive reference. */
-#include "latent/ops.h"
+#include "kernels/kernels.h"
 #include "latent/threads.h"
-#include "gemm.h"
 #include "hugemem.h"
-#include "simd_exp.h"
+#include "kernels/simd_exp.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -33,7 +32,7 @@ static void matmul_slice(void *ctx, int task) {
     }
 }
 
-void matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim) {
+void latent_matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim) {
     /* Split the output features over the threads, in slices of whole cache
      * lines; each slice is an independent single-threaded BLAS call. */
     int threads = latent_get_threads();
@@ -46,17 +45,40 @@ void matmul_forward(float *out, const float *x, const float *w, int n, int in_di
 int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim) {
     memset(l, 0, sizeof *l);
     l->w = w, l->out_dim = out_dim, l->in_dim = in_dim;
-    if (!gemm_available()) return 0;
+    if (!latent_gemm_available()) return 0;
     gemm_packed p;
-    if (gemm_pack(&p, w, out_dim, in_dim) != 0) return -1;
+    if (latent_gemm_pack(&p, w, out_dim, in_dim) != 0) return -1;
     l->packed = p.data, l->n_panels = p.n_panels;
+    return 0;
+}
+
+int latent_linear_init_bf16(latent_linear *l, const float *w, int out_dim, int in_dim) {
+    memset(l, 0, sizeof *l);
+    l->w = w, l->out_dim = out_dim, l->in_dim = in_dim, l->bf16 = 1;
+    uint16_t *p;
+    if (latent_gemm_bf16_pack(&p, &l->n_panels, w, out_dim, in_dim) != 0) return -1;
+    l->packed = p;
     return 0;
 }
 
 void latent_linear_free(latent_linear *l) {
     if (!l) return;
-    if (l->packed) huge_free(l->packed, gemm_packed_bytes(l->n_panels, l->in_dim));
+    if (l->packed && l->bf16) latent_gemm_bf16_free(l->packed, l->n_panels, l->in_dim);
+    else if (l->packed) latent_huge_free(l->packed, latent_gemm_packed_bytes(l->n_panels, l->in_dim));
     memset(l, 0, sizeof *l);
+}
+
+void latent_linear_row(const latent_linear *l, int row, float *out) {
+    if (l->bf16) {
+        for (int i = 0; i < l->in_dim; i++) out[i] = latent_gemm_bf16_weight(l->packed, l->in_dim, row, i);
+        return;
+    }
+    if (l->w) {
+        memcpy(out, l->w + (size_t)row * l->in_dim, (size_t)l->in_dim * sizeof(float));
+        return;
+    }
+    const float *panel = (const float *)l->packed + (size_t)(row / GEMM_PANEL) * l->in_dim * GEMM_PANEL;
+    for (int i = 0; i < l->in_dim; i++) out[i] = panel[(size_t)i * GEMM_PANEL + row % GEMM_PANEL];
 }
 
 #define MAX_MULTI 4
@@ -66,6 +88,7 @@ typedef struct {
     const latent_linear *const *ls;
     int n_ls, n, total_panels, per_task;
     const float *x;
+    const uint16_t *xb;   /* x rounded to bf16 (bf16 matrices) */
 } linear_job;
 
 /* Task t computes panels [t*per_task, (t+1)*per_task) of the concatenation
@@ -79,8 +102,12 @@ static void linear_task(void *ctx, int task) {
         if (p1 <= 0 || p0 >= l->n_panels) continue;
         if (p0 < 0) p0 = 0;
         if (p1 > l->n_panels) p1 = l->n_panels;
+        if (l->bf16) {
+            latent_gemm_bf16_run(j->outs[i], l->out_dim, j->xb, j->n, l->out_dim, l->in_dim, l->packed, p0, p1);
+            continue;
+        }
         gemm_packed gp = {(float *)l->packed, l->out_dim, l->in_dim, l->n_panels};
-        gemm_run(j->outs[i], l->out_dim, j->x, &gp, j->n, p0, p1);
+        latent_gemm_run(j->outs[i], l->out_dim, j->x, &gp, j->n, p0, p1);
     }
 }
 
@@ -109,7 +136,7 @@ static void gemv_multi(float *const *outs, const latent_linear *const *ls, int n
     latent_parallel_for(gemv_task, &j, n_ls * threads);
 }
 
-void linear_forward_multi(float *const *outs, const latent_linear *const *ls, int n_ls, const float *x, int n) {
+void latent_linear_forward_multi(float *const *outs, const latent_linear *const *ls, int n_ls, const float *x, int n) {
     /* One row without packed panels: BLAS' sgemv on the original layout.
      * With panels, the packed kernel's own single-row path streams each
      * panel linearly, about 1.3-1.5x sgemv's bandwidth here (bench --kernels). */
@@ -118,7 +145,7 @@ void linear_forward_multi(float *const *outs, const latent_linear *const *ls, in
         return;
     }
     if (!ls[0]->packed) {
-        for (int i = 0; i < n_ls; i++) matmul_forward(outs[i], x, ls[i]->w, n, ls[i]->in_dim, ls[i]->out_dim);
+        for (int i = 0; i < n_ls; i++) latent_matmul_forward(outs[i], x, ls[i]->w, n, ls[i]->in_dim, ls[i]->out_dim);
         return;
     }
     int total = 0;
@@ -127,24 +154,33 @@ void linear_forward_multi(float *const *outs, const latent_linear *const *ls, in
      * enough to stream its panels at full speed. */
     int threads = latent_get_threads(), tasks = threads == 1 ? 1 : threads * 2;
     if (tasks > total) tasks = total;
-    linear_job j = {outs, ls, n_ls, n, total, (total + tasks - 1) / tasks, x};
-    latent_parallel_for(linear_task, &j, (total + j.per_task - 1) / j.per_task);
-}
-
-void linear_forward(float *out, const float *x, const latent_linear *l, int n) {
-    linear_forward_multi(&out, &l, 1, x, n);
-}
-
-void matmul_forward_ref(float *out, const float *x, const float *w, int n, int in_dim, int out_dim) {
-    for (int r = 0; r < n; r++)
-        for (int o = 0; o < out_dim; o++) {
-            double s = 0;
-            for (int i = 0; i < in_dim; i++) s += (double)x[(size_t)r * in_dim + i] * w[(size_t)o * in_dim + i];
-            out[(size_t)r * out_dim + o] = (float)s;
+    linear_job j = {outs, ls, n_ls, n, total, (total + tasks - 1) / tasks, x, NULL};
+    /* bf16 matrices share one rounding of x (every matrix of a call has the same in_dim) */
+    enum { STACK_XB = 32 * 1024 };
+    uint16_t stack_xb[ls[0]->bf16 ? STACK_XB : 1], *heap_xb = NULL;
+    if (ls[0]->bf16) {
+        size_t need = (size_t)n * ((ls[0]->in_dim + 1) / 2 * 2);
+        uint16_t *xb = need <= STACK_XB ? stack_xb : (heap_xb = malloc(need * sizeof *heap_xb));
+        if (!xb) { /* out of memory for a large step: round row by row instead */
+            for (int r = 0; r < n; r++) {
+                float *row_outs[MAX_MULTI];
+                for (int i = 0; i < n_ls; i++) row_outs[i] = outs[i] + (size_t)r * ls[i]->out_dim;
+                latent_linear_forward_multi(row_outs, ls, n_ls, x + (size_t)r * ls[0]->in_dim, 1);
+            }
+            return;
         }
+        latent_bf16_round_rows(xb, x, n, ls[0]->in_dim);
+        j.xb = xb;
+    }
+    latent_parallel_for(linear_task, &j, (total + j.per_task - 1) / j.per_task);
+    free(heap_xb);
 }
 
-void rmsnorm_forward(float *out, const float *x, const float *weight, int n, int dim, float eps) {
+void latent_linear_forward(float *out, const float *x, const latent_linear *l, int n) {
+    latent_linear_forward_multi(&out, &l, 1, x, n);
+}
+
+void latent_rmsnorm_forward(float *out, const float *x, const float *weight, int n, int dim, float eps) {
     for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * dim;
         float *o = out + (size_t)r * dim;
@@ -155,17 +191,7 @@ void rmsnorm_forward(float *out, const float *x, const float *weight, int n, int
     }
 }
 
-void rmsnorm_forward_ref(float *out, const float *x, const float *weight, int n, int dim, float eps) {
-    for (int r = 0; r < n; r++) {
-        double ss = 0;
-        for (int i = 0; i < dim; i++) ss += (double)x[(size_t)r * dim + i] * x[(size_t)r * dim + i];
-        double inv = 1.0 / sqrt(ss / dim + eps);
-        for (int i = 0; i < dim; i++)
-            out[(size_t)r * dim + i] = (float)(x[(size_t)r * dim + i] * inv * weight[i]);
-    }
-}
-
-void rope_tables(float *cos_out, float *sin_out, int head_dim, int pos, float theta) {
+void latent_rope_tables(float *cos_out, float *sin_out, int head_dim, int pos, float theta) {
     for (int j = 0; j < head_dim / 2; j++) {
         double ang = pos * pow(theta, -2.0 * j / head_dim);
         cos_out[j] = (float)cos(ang);
@@ -173,7 +199,7 @@ void rope_tables(float *cos_out, float *sin_out, int head_dim, int pos, float th
     }
 }
 
-void rope_forward(float *x, int n_heads, int head_dim, const float *c, const float *s) {
+void latent_rope_forward(float *x, int n_heads, int head_dim, const float *c, const float *s) {
     int half = head_dim / 2;
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * head_dim;
@@ -185,44 +211,31 @@ void rope_forward(float *x, int n_heads, int head_dim, const float *c, const flo
     }
 }
 
-void rope_forward_ref(float *x, int n_heads, int head_dim, int pos, float theta) {
-    int half = head_dim / 2;
-    for (int h = 0; h < n_heads; h++)
-        for (int j = 0; j < half; j++) {
-            double ang = pos * pow(theta, -2.0 * j / head_dim);
-            double a = x[h * head_dim + j], b = x[h * head_dim + j + half];
-            x[h * head_dim + j] = (float)(a * cos(ang) - b * sin(ang));
-            x[h * head_dim + j + half] = (float)(b * cos(ang) + a * sin(ang));
-        }
-}
-
-void swiglu_forward(float *out, const float *g, const float *u, size_t n) {
-    size_t i = 0;
-#ifdef __AVX512F__
+#ifdef LATENT_HAVE_AVX512_CODE
+AVX512_FN static size_t swiglu_avx512(float *out, const float *g, const float *u, size_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
+    size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 gv = _mm512_loadu_ps(g + i);
         __m512 den = _mm512_add_ps(one, exp512_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv)));
         _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_div_ps(gv, den), _mm512_loadu_ps(u + i)));
     }
+    return i;
+}
+#endif
+
+void latent_swiglu_forward(float *out, const float *g, const float *u, size_t n) {
+    size_t i = 0;
+#ifdef LATENT_HAVE_AVX512_CODE
+    if (latent_isa_active() >= LATENT_ISA_AVX512) i = swiglu_avx512(out, g, u, n);
 #endif
     for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-void swiglu_forward_ref(float *out, const float *g, const float *u, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = (float)((double)g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
-}
-
-void softmax_forward(float *x, int n) {
+void latent_softmax_forward(float *x, int n) {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) if (x[i] > mx) mx = x[i];
     float inv = 1.0f / exp_shift_sum(x, n, mx);
     for (int i = 0; i < n; i++) x[i] *= inv;
 }
 
-void softmax_forward_ref(float *x, int n) {
-    double mx = -INFINITY, sum = 0;
-    for (int i = 0; i < n; i++) if (x[i] > mx) mx = x[i];
-    for (int i = 0; i < n; i++) sum += exp((double)x[i] - mx);
-    for (int i = 0; i < n; i++) x[i] = (float)(exp((double)x[i] - mx) / sum);
-}

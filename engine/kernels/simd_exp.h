@@ -11,10 +11,17 @@
 
 #include <math.h>
 
-#ifdef __AVX512F__
+#include "kernels/kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define LATENT_HAVE_AVX512_CODE 1
 #include <immintrin.h>
 
-static inline __m512 exp512_ps(__m512 x) {
+/* Functions built for AVX-512 inside a baseline build; callers check
+ * latent_isa_active() >= LATENT_ISA_AVX512 before calling them. */
+#define AVX512_FN __attribute__((target("avx512f,avx512bw")))
+
+AVX512_FN static inline __m512 exp512_ps(__m512 x) {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
     /* ln2 in two parts, so n * ln2 is subtracted without rounding error */
@@ -32,12 +39,8 @@ static inline __m512 exp512_ps(__m512 x) {
 }
 
 static inline __mmask16 tail_mask16(int n) { return (__mmask16)((1u << n) - 1); }
-#endif
 
-/* x[i] = e^(x[i] - m) for i < n; returns their sum. The softmaxes' core:
- * m is the row's maximum, so every exponent is <= 0. */
-static inline float exp_shift_sum(float *x, int n, float m) {
-#ifdef __AVX512F__
+AVX512_FN static inline float exp_shift_sum_avx512(float *x, int n, float m) {
     __m512 acc = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
     int i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -52,11 +55,18 @@ static inline float exp_shift_sum(float *x, int n, float m) {
         acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(k, e));
     }
     return _mm512_reduce_add_ps(acc);
-#else
+}
+#endif
+
+/* x[i] = e^(x[i] - m) for i < n; returns their sum. The softmaxes' core:
+ * m is the row's maximum, so every exponent is <= 0. */
+static inline float exp_shift_sum(float *x, int n, float m) {
+#ifdef LATENT_HAVE_AVX512_CODE
+    if (latent_isa_active() >= LATENT_ISA_AVX512) return exp_shift_sum_avx512(x, n, m);
+#endif
     double sum = 0;
     for (int i = 0; i < n; i++) sum += x[i] = expf(x[i] - m);
     return (float)sum;
-#endif
 }
 
 #endif

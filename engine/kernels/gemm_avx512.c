@@ -9,7 +9,7 @@
  * Why not OpenBLAS: its sgemm repacks the weights on every call (a whole
  * extra pass over them at small M, i.e. batched decoding) and runs its AVX2
  * kernels under OPENBLAS_CORETYPE=Haswell, which this machine type sets. */
-#include "gemm.h"
+#include "kernels/kernels.h"
 #include "hugemem.h"
 
 #include <stdlib.h>
@@ -20,10 +20,10 @@
 #define SMALL_M_X_BYTES (512 * 1024) /* X this small skips K blocking */
 #define PANEL_GROUP 16  /* panels per L2 block: 16 x 256 x 32 floats = 512 KiB */
 
-int gemm_pack(gemm_packed *p, const float *w, int n, int k) {
+int latent_gemm_pack(gemm_packed *p, const float *w, int n, int k) {
     memset(p, 0, sizeof *p);
     int np = (n + GEMM_PANEL - 1) / GEMM_PANEL;
-    p->data = huge_alloc(gemm_packed_bytes(np, k));
+    p->data = latent_huge_alloc(latent_gemm_packed_bytes(np, k));
     if (!p->data) return -1;
     for (int pn = 0; pn < np; pn++) {
         float *dst = p->data + (size_t)pn * k * GEMM_PANEL;
@@ -37,25 +37,18 @@ int gemm_pack(gemm_packed *p, const float *w, int n, int k) {
     return 0;
 }
 
-size_t gemm_packed_bytes(int n_panels, int k) { return (size_t)n_panels * k * GEMM_PANEL * sizeof(float); }
+size_t latent_gemm_packed_bytes(int n_panels, int k) { return (size_t)n_panels * k * GEMM_PANEL * sizeof(float); }
 
-void gemm_packed_free(gemm_packed *p) {
+void latent_gemm_packed_free(gemm_packed *p) {
     if (!p) return;
-    huge_free(p->data, gemm_packed_bytes(p->n_panels, p->k));
+    latent_huge_free(p->data, latent_gemm_packed_bytes(p->n_panels, p->k));
     memset(p, 0, sizeof *p);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-int gemm_available(void) {
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return cached;
-}
+int latent_gemm_available(void) { return latent_isa_active() >= LATENT_ISA_AVX512; }
 
 /* out (MR, 32 valid cols `cols`) (+)= X (MR rows, k in [k0,k1)) panel^T */
 __attribute__((target("avx512f"), always_inline)) static inline void
@@ -132,7 +125,7 @@ __attribute__((target("avx512f"))) static void gemv_panels(float *out, const flo
     }
 }
 
-void gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1) {
+void latent_gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1) {
     int k = p->k;
     if (m == 1) {
         gemv_panels(out, x, p, p0, p1);
@@ -173,8 +166,8 @@ void gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, 
 
 #else
 
-int gemm_available(void) { return 0; }
-void gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1) {
+int latent_gemm_available(void) { return 0; }
+void latent_gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1) {
     (void)out, (void)ldo, (void)x, (void)p, (void)m, (void)p0, (void)p1;
 }
 

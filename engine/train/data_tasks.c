@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "latent/sampler.h" /* latent_rng */
+#include "latent/rng.h"
 
 enum { G_EQ = 3, G_ELEM = 4 };
 enum { R_PIPE = 3, R_SLOT = 4, R_PERM = 5, R_VALUE = 125 };
@@ -65,30 +65,30 @@ static int var_name_len(const latent_task *t) {
 int latent_task_check(const latent_task *t, latent_err *err) {
     switch (t->kind) {
     case LATENT_TASK_GROUP:
-        if (t->group == 'z' && (t->n < 2 || t->n > 4096)) return latent_err_set(err, "data: Z_n needs 2 <= n <= 4096 (got %d)", t->n);
-        if (t->group == 's' && (t->n < 2 || t->n > 6)) return latent_err_set(err, "data: S_n needs 2 <= n <= 6 (got %d)", t->n);
-        if (t->group != 'z' && t->group != 's') return latent_err_set(err, "data: unknown group kind '%c'", t->group);
+        if (t->group == 'z' && (t->n < 2 || t->n > 4096)) return latent_err_set(err, LATENT_E_INVALID, "data: Z_n needs 2 <= n <= 4096 (got %d)", t->n);
+        if (t->group == 's' && (t->n < 2 || t->n > 6)) return latent_err_set(err, LATENT_E_INVALID, "data: S_n needs 2 <= n <= 6 (got %d)", t->n);
+        if (t->group != 'z' && t->group != 's') return latent_err_set(err, LATENT_E_INVALID, "data: unknown group kind '%c'", t->group);
         break;
     case LATENT_TASK_S5R:
-        if (t->dict_size < 0 || t->dict_size > 120) return latent_err_set(err, "data: --dict-size must be 0..120 (got %d)", t->dict_size);
-        if (t->value_len < 1 || t->value_len > 16) return latent_err_set(err, "data: --value-len must be 1..16 (got %d)", t->value_len);
-        if (t->n_values < 2 || t->n_values > 62) return latent_err_set(err, "data: --n-values must be 2..62 (got %d)", t->n_values);
+        if (t->dict_size < 0 || t->dict_size > 120) return latent_err_set(err, LATENT_E_INVALID, "data: --dict-size must be 0..120 (got %d)", t->dict_size);
+        if (t->value_len < 1 || t->value_len > 16) return latent_err_set(err, LATENT_E_INVALID, "data: --value-len must be 1..16 (got %d)", t->value_len);
+        if (t->n_values < 2 || t->n_values > 62) return latent_err_set(err, LATENT_E_INVALID, "data: --n-values must be 2..62 (got %d)", t->n_values);
         break;
     case LATENT_TASK_VAR:
-        if (t->n_base < 1 || t->n_base > 200) return latent_err_set(err, "data: --n-base must be 1..200 (got %d)", t->n_base);
+        if (t->n_base < 1 || t->n_base > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --n-base must be 1..200 (got %d)", t->n_base);
         if (t->min_depth < 0 || t->max_depth < t->min_depth || t->max_depth > 200)
-            return latent_err_set(err, "data: need 0 <= --min-depth <= --max-depth <= 200 (got %d, %d)", t->min_depth, t->max_depth);
-        if (t->n_distractors < 0 || t->n_distractors > 200) return latent_err_set(err, "data: --distractors must be 0..200 (got %d)", t->n_distractors);
+            return latent_err_set(err, LATENT_E_INVALID, "data: need 0 <= --min-depth <= --max-depth <= 200 (got %d, %d)", t->min_depth, t->max_depth);
+        if (t->n_distractors < 0 || t->n_distractors > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --distractors must be 0..200 (got %d)", t->n_distractors);
         if (t->n_base + t->max_depth + t->n_distractors > 26 * 26)
-            return latent_err_set(err, "data: at most 676 variables (two-letter names)");
+            return latent_err_set(err, LATENT_E_INVALID, "data: at most 676 variables (two-letter names)");
         return 0;
     case LATENT_TASK_RAW:
         return 0;
     default:
-        return latent_err_set(err, "data: unknown task %d", (int)t->kind);
+        return latent_err_set(err, LATENT_E_INVALID, "data: unknown task %d", (int)t->kind);
     }
     if (t->min_len < 1 || t->max_len < t->min_len || t->max_len > 100000)
-        return latent_err_set(err, "data: need 1 <= --min-len <= --max-len <= 100000 (got %d, %d)", t->min_len, t->max_len);
+        return latent_err_set(err, LATENT_E_INVALID, "data: need 1 <= --min-len <= --max-len <= 100000 (got %d, %d)", t->min_len, t->max_len);
     return 0;
 }
 
@@ -341,15 +341,15 @@ int latent_data_generate(const latent_task *t, uint64_t seed, int n_records, int
                          latent_dataset *d, latent_err *err) {
     memset(d, 0, sizeof *d);
     if (latent_task_check(t, err) != 0) return -1;
-    if (t->kind == LATENT_TASK_RAW) return latent_err_set(err, "data: the raw task has no generator");
-    if (n_records < 1) return latent_err_set(err, "data: need at least one record");
+    if (t->kind == LATENT_TASK_RAW) return latent_err_set(err, LATENT_E_INVALID, "data: the raw task has no generator");
+    if (n_records < 1) return latent_err_set(err, LATENT_E_INVALID, "data: need at least one record");
     int need = record_len_needed(t);
     if (record_len == 0) record_len = need;
     if (record_len < need)
-        return latent_err_set(err, "data: --record-len %d is too short: records of this task need up to %d tokens",
+        return latent_err_set(err, LATENT_E_INVALID, "data: --record-len %d is too short: records of this task need up to %d tokens",
                               record_len, need);
     int64_t n = (int64_t)n_records * record_len + record_len + 1;
-    if (n > ((int64_t)1 << 32) - 1) return latent_err_set(err, "data: %lld tokens is too many for one file", (long long)n);
+    if (n > ((int64_t)1 << 32) - 1) return latent_err_set(err, LATENT_E_INVALID, "data: %lld tokens is too many for one file", (long long)n);
     d->task = *t, d->seed = seed, d->record_len = record_len, d->n_records = n_records, d->n_tokens = n;
     d->tokens = calloc((size_t)n, sizeof *d->tokens);
     d->labels = t->kind == LATENT_TASK_VAR || (t->kind == LATENT_TASK_GROUP && t->final_only)
@@ -367,7 +367,7 @@ int latent_data_generate(const latent_task *t, uint64_t seed, int n_records, int
         if (!d->flow) free(flow);
         free(g.mul);
         latent_dataset_free(d);
-        return latent_err_set(err, "data: out of memory for %lld tokens", (long long)n);
+        return latent_err_set(err, LATENT_E_NOMEM, "data: out of memory for %lld tokens", (long long)n);
     }
     if (d->flow) memset(d->flow, 2, (size_t)n);
     latent_rng rng;

@@ -1,6 +1,7 @@
 /* Dataset files (NAME.bin, .mask, .labels, .flow, .json; docs/training.md,
  * "Data files") and the task vocabularies' tokenizer.json. */
 #include "latent/data.h"
+#include "train/token_files.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -11,26 +12,16 @@
 #include <unistd.h>
 
 /* path with its extension (after the last '.' of the last component) replaced by ext */
-static char *with_ext(const char *path, const char *ext) {
-    const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
-    size_t base = dot && (!slash || dot > slash) ? (size_t)(dot - path) : strlen(path);
-    char *s = malloc(base + strlen(ext) + 1);
-    if (!s) return NULL;
-    memcpy(s, path, base);
-    strcpy(s + base, ext);
-    return s;
-}
-
 /* Writes bytes to path atomically: path.tmp, fsync, rename. */
 static int write_atomic(const char *path, const void *data, size_t bytes, latent_err *err) {
     size_t n = strlen(path);
     char *tmp = malloc(n + 5);
-    if (!tmp) return latent_err_set(err, "%s: out of memory", path);
+    if (!tmp) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     memcpy(tmp, path, n);
     memcpy(tmp + n, ".tmp", 5);
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        latent_err_set(err, "%s: cannot create: %s", tmp, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
         free(tmp);
         return -1;
     }
@@ -40,7 +31,7 @@ static int write_atomic(const char *path, const void *data, size_t bytes, latent
     if (!ok || rename(tmp, path) != 0) {
         if (ok) e = errno;
         remove(tmp);
-        latent_err_set(err, "%s: write failed: %s", path, strerror(e));
+        latent_err_set(err, LATENT_E_IO, "%s: write failed: %s", path, strerror(e));
         free(tmp);
         return -1;
     }
@@ -50,7 +41,7 @@ static int write_atomic(const char *path, const void *data, size_t bytes, latent
 
 static int write_u32(const char *path, const uint32_t *v, int64_t n, latent_err *err) {
     unsigned char *b = malloc((size_t)n * 4 + 1);
-    if (!b) return latent_err_set(err, "%s: out of memory", path);
+    if (!b) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     for (int64_t i = 0; i < n; i++) { /* little-endian on any host */
         b[4 * i] = (unsigned char)v[i], b[4 * i + 1] = (unsigned char)(v[i] >> 8);
         b[4 * i + 2] = (unsigned char)(v[i] >> 16), b[4 * i + 3] = (unsigned char)(v[i] >> 24);
@@ -104,7 +95,7 @@ int latent_dataset_save(const latent_dataset *d, const char *prefix, latent_err 
     json_object_set_new(o, "seed", json_integer((json_int_t)d->seed));
     char *text = json_dumps(o, JSON_INDENT(2));
     json_decref(o);
-    if (!text) return latent_err_set(err, "%s: out of memory", prefix);
+    if (!text) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", prefix);
     size_t n = strlen(prefix) + 16;
     if (!(p = malloc(n))) goto oom;
     snprintf(p, n, "%s.bin", prefix);
@@ -121,7 +112,7 @@ int latent_dataset_save(const latent_dataset *d, const char *prefix, latent_err 
     rc = write_atomic(p, text, tl + 1, err);
     goto done;
 oom:
-    latent_err_set(err, "%s: out of memory", prefix);
+    latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", prefix);
 done:
     free(text);
     free(p);
@@ -132,13 +123,13 @@ done:
 static void *read_all(const char *path, size_t *n, int missing_ok, latent_err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        if (!(missing_ok && errno == ENOENT)) latent_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+        if (!(missing_ok && errno == ENOENT)) latent_err_set(err, LATENT_E_IO, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
     if (fstat(fileno(f), &st) != 0) {
         fclose(f);
-        latent_err_set(err, "%s: cannot stat", path);
+        latent_err_set(err, LATENT_E_IO, "%s: cannot stat", path);
         return NULL;
     }
     *n = (size_t)st.st_size;
@@ -146,7 +137,7 @@ static void *read_all(const char *path, size_t *n, int missing_ok, latent_err *e
     if (!b || fread(b, 1, *n, f) != *n) {
         free(b);
         fclose(f);
-        latent_err_set(err, "%s: read failed", path);
+        latent_err_set(err, LATENT_E_IO, "%s: read failed", path);
         return NULL;
     }
     b[*n] = 0;
@@ -160,7 +151,7 @@ static uint32_t *read_u32(const char *path, int64_t want, int missing_ok, latent
     if (!b) return NULL;
     if (n != (size_t)want * 4) {
         free(b);
-        latent_err_set(err, "%s: %zu bytes, expected %lld (4 per token)", path, n, (long long)want * 4);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: %zu bytes, expected %lld (4 per token)", path, n, (long long)want * 4);
         return NULL;
     }
     uint32_t *v = malloc((size_t)want * sizeof *v + 1);
@@ -168,7 +159,7 @@ static uint32_t *read_u32(const char *path, int64_t want, int missing_ok, latent
         for (int64_t i = 0; i < want; i++)
             v[i] = (uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 | (uint32_t)b[4 * i + 2] << 16 | (uint32_t)b[4 * i + 3] << 24;
     free(b);
-    if (!v) latent_err_set(err, "%s: out of memory", path);
+    if (!v) latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     return v;
 }
 
@@ -177,14 +168,46 @@ static int json_int_field(json_t *o, const char *k, int dflt) {
     return json_is_integer(v) ? (int)json_integer_value(v) : dflt;
 }
 
+/* Reads the dataset's token files through the one token-file reader and
+ * keeps copies: the mask is required, labels and flow as the .json says. */
+static int copy_token_files(latent_dataset *d, const char *bin_path, int want_labels, int want_flow, latent_err *err) {
+    latent_tokens tf;
+    if (latent_tokens_open(&tf, bin_path, latent_task_vocab_size(&d->task), 0, err) != 0) return -1;
+    int rc = -1;
+    const char *missing = !tf.mask ? ".mask" : want_labels && !tf.labels ? ".labels" : want_flow && !tf.flow ? ".flow" : NULL;
+    if (tf.n != d->n_tokens) {
+        latent_err_set(err, LATENT_E_FORMAT, "%s: %lld tokens, expected %lld (record_len and n_records in the .json)", bin_path,
+                       (long long)tf.n, (long long)d->n_tokens);
+    } else if (missing) {
+        latent_err_set(err, LATENT_E_FORMAT, "%s: the dataset needs its %s file beside it", bin_path, missing);
+    } else {
+        size_t n = (size_t)tf.n;
+        d->tokens = malloc(n * sizeof *d->tokens);
+        d->mask = malloc(n);
+        d->labels = want_labels ? malloc(n * sizeof *d->labels) : NULL;
+        d->flow = want_flow ? malloc(n) : NULL;
+        if (!d->tokens || !d->mask || (want_labels && !d->labels) || (want_flow && !d->flow)) {
+            latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", bin_path);
+        } else {
+            memcpy(d->tokens, tf.ids, n * sizeof *d->tokens);
+            memcpy(d->mask, tf.mask, n);
+            if (d->labels) memcpy(d->labels, tf.labels, n * sizeof *d->labels);
+            if (d->flow) memcpy(d->flow, tf.flow, n);
+            rc = 0;
+        }
+    }
+    latent_tokens_close(&tf);
+    return rc;
+}
+
 int latent_dataset_load(latent_dataset *d, const char *bin_path, latent_err *err) {
     memset(d, 0, sizeof *d);
-    char *p = with_ext(bin_path, ".json");
-    if (!p) return latent_err_set(err, "%s: out of memory", bin_path);
+    char *p = latent_token_companion(bin_path, ".json");
+    if (!p) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", bin_path);
     json_error_t je;
     json_t *o = json_load_file(p, 0, &je);
     if (!o) {
-        latent_err_set(err, "%s: %s (the task description written by `latent data` beside %s)", p, je.text, bin_path);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: %s (the task description written by `latent data` beside %s)", p, je.text, bin_path);
         free(p);
         return -1;
     }
@@ -193,19 +216,19 @@ int latent_dataset_load(latent_dataset *d, const char *bin_path, latent_err *err
     const char *task = json_string_value(json_object_get(o, "task"));
     const char *group = json_string_value(json_object_get(o, "group"));
     if (!task) {
-        latent_err_set(err, "%s: no \"task\"", p);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: no \"task\"", p);
         goto done;
     }
     if (!strcmp(task, "group")) latent_task_defaults(t, LATENT_TASK_GROUP);
     else if (!strcmp(task, "s5-retrieval")) latent_task_defaults(t, LATENT_TASK_S5R);
     else if (!strcmp(task, "var-assign")) latent_task_defaults(t, LATENT_TASK_VAR);
     else {
-        latent_err_set(err, "%s: unknown task \"%s\"", p, task);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: unknown task \"%s\"", p, task);
         goto done;
     }
     if (t->kind == LATENT_TASK_GROUP) {
         if (!group || (group[0] != 'z' && group[0] != 's')) {
-            latent_err_set(err, "%s: bad \"group\"", p);
+            latent_err_set(err, LATENT_E_FORMAT, "%s: bad \"group\"", p);
             goto done;
         }
         t->group = group[0];
@@ -226,38 +249,13 @@ int latent_dataset_load(latent_dataset *d, const char *bin_path, latent_err *err
     d->seed = (uint64_t)json_int_field(o, "seed", 0);
     if (latent_task_check(t, err) != 0) goto done;
     if (d->record_len < 2 || d->n_records < 1) {
-        latent_err_set(err, "%s: bad record_len or n_records", p);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: bad record_len or n_records", p);
         goto done;
     }
     d->n_tokens = (int64_t)d->n_records * d->record_len + d->record_len + 1;
-    if (!(d->tokens = read_u32(bin_path, d->n_tokens, 0, err))) goto done;
-    free(p);
-    p = with_ext(bin_path, ".mask");
-    size_t n = 0;
-    if (!p || !(d->mask = read_all(p, &n, 0, err))) goto done;
-    if (n != (size_t)d->n_tokens) {
-        latent_err_set(err, "%s: %zu bytes, expected %lld (one per token)", p, n, (long long)d->n_tokens);
+    if (copy_token_files(d, bin_path, json_is_true(json_object_get(o, "labels")), json_is_true(json_object_get(o, "flow")),
+                         err) != 0)
         goto done;
-    }
-    if (json_is_true(json_object_get(o, "labels"))) {
-        free(p);
-        if (!(p = with_ext(bin_path, ".labels")) || !(d->labels = read_u32(p, d->n_tokens, 0, err))) goto done;
-    }
-    if (json_is_true(json_object_get(o, "flow"))) {
-        free(p);
-        if (!(p = with_ext(bin_path, ".flow")) || !(d->flow = read_all(p, &n, 0, err))) goto done;
-        if (n != (size_t)d->n_tokens) {
-            latent_err_set(err, "%s: %zu bytes, expected %lld (one per token)", p, n, (long long)d->n_tokens);
-            goto done;
-        }
-    }
-    int V = latent_task_vocab_size(t);
-    for (int64_t i = 0; i < d->n_tokens; i++)
-        if (d->tokens[i] >= (uint32_t)V || (d->labels && d->labels[i] >= (uint32_t)V)) {
-            latent_err_set(err, "%s: token %lld has id %u, outside the task's vocabulary of %d", bin_path,
-                           (long long)i, d->labels && d->labels[i] >= (uint32_t)V ? d->labels[i] : d->tokens[i], V);
-            goto done;
-        }
     rc = 0;
 done:
     if (rc != 0) latent_dataset_free(d);
@@ -272,31 +270,31 @@ int latent_dataset_load_files(latent_dataset *d, const latent_task *t, const cha
     memset(d, 0, sizeof *d);
     d->task = *t;
     if (latent_task_check(t, err) != 0) return -1;
-    if (record_len < 2) return latent_err_set(err, "%s: records need at least 2 tokens", bin_path);
+    if (record_len < 2) return latent_err_set(err, LATENT_E_FORMAT, "%s: records need at least 2 tokens", bin_path);
     struct stat st;
-    if (stat(bin_path, &st) != 0) return latent_err_set(err, "%s: cannot open: %s", bin_path, strerror(errno));
-    if (st.st_size % 4) return latent_err_set(err, "%s: %lld bytes is not a whole number of uint32 ids", bin_path, (long long)st.st_size);
+    if (stat(bin_path, &st) != 0) return latent_err_set(err, LATENT_E_IO, "%s: cannot open: %s", bin_path, strerror(errno));
+    if (st.st_size % 4) return latent_err_set(err, LATENT_E_FORMAT, "%s: %lld bytes is not a whole number of uint32 ids", bin_path, (long long)st.st_size);
     d->n_tokens = st.st_size / 4;
     d->record_len = record_len;
     d->n_records = (int)(d->n_tokens / record_len);
-    if (d->n_records < 1) return latent_err_set(err, "%s: shorter than one record of %d tokens", bin_path, record_len);
+    if (d->n_records < 1) return latent_err_set(err, LATENT_E_FORMAT, "%s: shorter than one record of %d tokens", bin_path, record_len);
     char *def = NULL;
     int rc = -1;
     if (!(d->tokens = read_u32(bin_path, d->n_tokens, 0, err))) goto done;
     if (!mask_path) {
-        def = with_ext(bin_path, ".mask");
+        def = latent_token_companion(bin_path, ".mask");
         if (def && access(def, F_OK) == 0) mask_path = def;
     }
     if (mask_path) {
         size_t n = 0;
         if (!(d->mask = read_all(mask_path, &n, 0, err))) goto done;
         if (n != (size_t)d->n_tokens) {
-            latent_err_set(err, "%s: %zu bytes, expected %lld (one per token)", mask_path, n, (long long)d->n_tokens);
+            latent_err_set(err, LATENT_E_FORMAT, "%s: %zu bytes, expected %lld (one per token)", mask_path, n, (long long)d->n_tokens);
             goto done;
         }
     } else {
         if (!(d->mask = malloc((size_t)d->n_tokens))) {
-            latent_err_set(err, "%s: out of memory", bin_path);
+            latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", bin_path);
             goto done;
         }
         memset(d->mask, 1, (size_t)d->n_tokens);
@@ -327,7 +325,7 @@ static void byte_level(unsigned char c, char *out) {
 
 int latent_task_write_tokenizer(const latent_task *t, const char *dir, latent_err *err) {
     if (latent_task_check(t, err) != 0) return -1;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return latent_err_set(err, "%s: cannot create: %s", dir, strerror(errno));
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return latent_err_set(err, LATENT_E_IO, "%s: cannot create: %s", dir, strerror(errno));
     json_t *vocab = json_object(), *added = json_array();
     int V = latent_task_vocab_size(t);
     char name[32], bl[8];
@@ -358,7 +356,7 @@ int latent_task_write_tokenizer(const latent_task *t, const char *dir, latent_er
     size_t n = strlen(dir) + 32;
     char *p = malloc(n);
     if (!a || !b || !p) {
-        latent_err_set(err, "%s: out of memory", dir);
+        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
     } else {
         snprintf(p, n, "%s/tokenizer.json", dir);
         if (write_atomic(p, a, strlen(a), err) == 0) {

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "latent/model_init.h"
-#include "latent/safetensors.h"
+#include "safetensors.h"
 
 static char *join(const char *a, const char *b) {
     size_t n = strlen(a) + strlen(b) + 2;
@@ -78,24 +78,24 @@ static void crash_point(int64_t step, const char *point) {
 static int write_text_atomic(const char *path, const char *text, latent_err *err) {
     size_t n = strlen(path) + 8;
     char *tmp = malloc(n);
-    if (!tmp) return latent_err_set(err, "%s: out of memory", path);
+    if (!tmp) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     snprintf(tmp, n, "%s.tmp", path);
     int rc = -1;
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        latent_err_set(err, "%s: cannot create: %s", tmp, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
         goto done;
     }
     size_t len = strlen(text);
     int ok = fwrite(text, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (fclose(f) != 0) ok = 0;
     if (!ok) {
-        latent_err_set(err, "%s: write failed: %s", tmp, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: write failed: %s", tmp, strerror(errno));
         unlink(tmp);
         goto done;
     }
     if (rename(tmp, path) != 0) {
-        latent_err_set(err, "%s: cannot rename: %s", tmp, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: cannot rename: %s", tmp, strerror(errno));
         unlink(tmp);
         goto done;
     }
@@ -116,7 +116,7 @@ static int save_optimizer(const char *dir, const latent_optim *opt, latent_err *
     int64_t(*shapes)[ST_MAX_DIMS] = calloc(2 * n, sizeof *shapes);
     int rc = -1;
     if (!path || !names || !data || !ndims || !shapes) {
-        latent_err_set(err, "%s: out of memory", dir);
+        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
         goto done;
     }
     for (int k = 0; k < 2; k++)
@@ -124,7 +124,7 @@ static int save_optimizer(const char *dir, const latent_optim *opt, latent_err *
             const latent_param *p = &(k ? &opt->v : m)->params[i];
             size_t len = strlen(p->name) + 16;
             if (!(names[k * n + i] = malloc(len))) {
-                latent_err_set(err, "%s: out of memory", dir);
+                latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
                 goto done;
             }
             snprintf(names[k * n + i], len, "%s.%s", k ? "exp_avg_sq" : "exp_avg", p->name);
@@ -133,7 +133,7 @@ static int save_optimizer(const char *dir, const latent_optim *opt, latent_err *
             shapes[k * n + i][0] = p->shape[0];
             shapes[k * n + i][1] = p->shape[1];
         }
-    rc = st_write(path, 2 * n, (const char *const *)names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, ST_F32,
+    rc = latent_st_write(path, 2 * n, (const char *const *)names, data, ndims, (const int64_t(*)[ST_MAX_DIMS])shapes, ST_F32,
                   err);
 done:
     if (names)
@@ -151,7 +151,7 @@ int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim 
     char *link_tmp = join(out, ".latest.tmp"), *link = join(out, "latest");
     int rc = -1;
     if (!staging || !final || !link_tmp || !link) {
-        latent_err_set(err, "%s: out of memory", out);
+        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", out);
         goto done;
     }
     remove_flat_dir(staging); /* a crashed save's leftover */
@@ -165,14 +165,14 @@ int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim 
     json_decref(j);
     if (!text || !(file = join(staging, "trainer.json"))) {
         free(text);
-        latent_err_set(err, "%s: out of memory", out);
+        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", out);
         goto done;
     }
     int w = write_text_atomic(file, text, err);
     free(text);
     if (w != 0) goto done;
     if (fsync_dir(staging) != 0) {
-        latent_err_set(err, "%s: fsync failed: %s", staging, strerror(errno));
+        latent_err_set(err, LATENT_E_FORMAT, "%s: fsync failed: %s", staging, strerror(errno));
         goto done;
     }
     crash_point(st->step, "rename");
@@ -182,27 +182,27 @@ int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim 
     if (tl > 0) target[tl] = 0;
     if (access(final, F_OK) == 0) {
         if (tl > 0 && !strcmp(target, name)) {
-            latent_err_set(err, "%s: is the latest checkpoint already", final);
+            latent_err_set(err, LATENT_E_FORMAT, "%s: is the latest checkpoint already", final);
             goto done;
         }
         remove_flat_dir(final);
     }
     if (rename(staging, final) != 0) {
-        latent_err_set(err, "%s: cannot rename to %s: %s", staging, final, strerror(errno));
+        latent_err_set(err, LATENT_E_IO, "%s: cannot rename to %s: %s", staging, final, strerror(errno));
         goto done;
     }
     if (fsync_dir(out) != 0) {
-        latent_err_set(err, "%s: fsync failed: %s", out, strerror(errno));
+        latent_err_set(err, LATENT_E_FORMAT, "%s: fsync failed: %s", out, strerror(errno));
         goto done;
     }
     crash_point(st->step, "latest");
     unlink(link_tmp);
     if (symlink(name, link_tmp) != 0 || rename(link_tmp, link) != 0) {
-        latent_err_set(err, "%s: cannot point at %s: %s", link, name, strerror(errno));
+        latent_err_set(err, LATENT_E_FORMAT, "%s: cannot point at %s: %s", link, name, strerror(errno));
         goto done;
     }
     if (fsync_dir(out) != 0) {
-        latent_err_set(err, "%s: fsync failed: %s", out, strerror(errno));
+        latent_err_set(err, LATENT_E_FORMAT, "%s: fsync failed: %s", out, strerror(errno));
         goto done;
     }
     /* OUT as a model directory: symlinks through `latest` (never replacing a
@@ -257,18 +257,18 @@ done:
 
 int latent_ckpt_load_state(const char *dir, latent_optim *opt, latent_train_state *st, latent_err *err) {
     char *path = join(dir, "trainer.json");
-    if (!path) return latent_err_set(err, "%s: out of memory", dir);
+    if (!path) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     if (!j) {
-        latent_err_set(err, "%s: %s (line %d)", path, je.text, je.line);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
         free(path);
         return -1;
     }
     json_t *step = json_object_get(j, "step"), *seed = json_object_get(j, "seed"), *loss = json_object_get(j, "loss");
     const char *o = json_string_value(json_object_get(j, "optimizer"));
     if (!json_is_integer(step) || !json_is_integer(seed) || !o) {
-        latent_err_set(err, "%s: needs integer step and seed and an optimizer name", path);
+        latent_err_set(err, LATENT_E_FORMAT, "%s: needs integer step and seed and an optimizer name", path);
         json_decref(j);
         free(path);
         return -1;
@@ -280,12 +280,12 @@ int latent_ckpt_load_state(const char *dir, latent_optim *opt, latent_train_stat
     json_decref(j);
     free(path);
     if (adamw != opt->o.adamw)
-        return latent_err_set(err, "%s: checkpoint was trained with %s; resume with --optimizer %s", dir, o, o);
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: checkpoint was trained with %s; resume with --optimizer %s", dir, o, o);
     opt->step = st->step;
     if (!adamw) return 0;
     path = join(dir, "optimizer.safetensors");
     st_file f;
-    if (!path || st_file_open(&f, path, err) != 0) {
+    if (!path || latent_st_file_open(&f, path, err) != 0) {
         free(path);
         return -1;
     }
@@ -295,15 +295,15 @@ int latent_ckpt_load_state(const char *dir, latent_optim *opt, latent_train_stat
         for (int i = 0; i < w->n_params; i++) {
             char name[128];
             snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", w->params[i].name);
-            const st_tensor *t = st_file_find(&f, name);
+            const st_tensor *t = latent_st_file_find(&f, name);
             if (!t || t->dtype != ST_F32 || t->nbytes != (size_t)w->params[i].numel * 4) {
-                rc = latent_err_set(err, "%s: tensor %s is %s", path, name, t ? "of the wrong type or size" : "missing");
+                rc = latent_err_set(err, LATENT_E_FORMAT, "%s: tensor %s is %s", path, name, t ? "of the wrong type or size" : "missing");
                 break;
             }
-            st_to_f32(*w->params[i].slot, t->data, t->dtype, (size_t)w->params[i].numel);
+            latent_st_to_f32(*w->params[i].slot, t->data, t->dtype, (size_t)w->params[i].numel);
         }
     }
-    st_file_close(&f);
+    latent_st_file_close(&f);
     free(path);
     return rc;
 }

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "latent/sampler.h" /* latent_rng */
+#include "latent/rng.h"
 
 void latent_init_defaults(latent_init_opts *o) {
     memset(o, 0, sizeof *o);
@@ -111,9 +111,9 @@ int latent_weights_copy_backbone(latent_weights *dst, const latent_weights *src,
         const latent_param *p = &dst->params[i];
         if (latent_param_is_recurrent(p->name)) continue;
         const latent_param *q = latent_weights_find(src, p->name);
-        if (!q) return latent_err_set(err, "backbone: tensor %s is missing from the base model", p->name);
+        if (!q) return latent_err_set(err, LATENT_E_INVALID, "backbone: tensor %s is missing from the base model", p->name);
         if (q->ndim != p->ndim || q->shape[0] != p->shape[0] || q->shape[1] != p->shape[1])
-            return latent_err_set(err, "backbone: tensor %s has shape [%lld, %lld] in the base model, expected [%lld, %lld]",
+            return latent_err_set(err, LATENT_E_INVALID, "backbone: tensor %s has shape [%lld, %lld] in the base model, expected [%lld, %lld]",
                                   p->name, (long long)q->shape[0], (long long)q->shape[1],
                                   (long long)p->shape[0], (long long)p->shape[1]);
         memcpy(*p->slot, *q->slot, (size_t)p->numel * sizeof(float));
@@ -145,12 +145,12 @@ static int fsync_path(const char *path, int directory) {
 /* Copies src to dst (a new file) and fsyncs it. */
 static int copy_file(const char *src, const char *dst, latent_err *err) {
     int in = open(src, O_RDONLY | O_CLOEXEC);
-    if (in < 0) return latent_err_set(err, "%s: cannot open: %s", src, strerror(errno));
+    if (in < 0) return latent_err_set(err, LATENT_E_IO, "%s: cannot open: %s", src, strerror(errno));
     int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (out < 0) {
         int e = errno;
         close(in);
-        return latent_err_set(err, "%s: cannot create: %s", dst, strerror(e));
+        return latent_err_set(err, LATENT_E_IO, "%s: cannot create: %s", dst, strerror(e));
     }
     static char buf[1 << 16];
     int rc = 0;
@@ -159,22 +159,22 @@ static int copy_file(const char *src, const char *dst, latent_err *err) {
         if (n == 0) break;
         if (n < 0) {
             if (errno == EINTR) continue;
-            rc = latent_err_set(err, "%s: read failed: %s", src, strerror(errno));
+            rc = latent_err_set(err, LATENT_E_IO, "%s: read failed: %s", src, strerror(errno));
             break;
         }
         for (ssize_t off = 0; off < n;) {
             ssize_t m = write(out, buf + off, (size_t)(n - off));
             if (m < 0) {
                 if (errno == EINTR) continue;
-                rc = latent_err_set(err, "%s: write failed: %s", dst, strerror(errno));
+                rc = latent_err_set(err, LATENT_E_IO, "%s: write failed: %s", dst, strerror(errno));
                 break;
             }
             off += m;
         }
         if (rc) break;
     }
-    if (rc == 0 && fsync(out) != 0) rc = latent_err_set(err, "%s: fsync failed: %s", dst, strerror(errno));
-    if (close(out) != 0 && rc == 0) rc = latent_err_set(err, "%s: close failed: %s", dst, strerror(errno));
+    if (rc == 0 && fsync(out) != 0) rc = latent_err_set(err, LATENT_E_INVALID, "%s: fsync failed: %s", dst, strerror(errno));
+    if (close(out) != 0 && rc == 0) rc = latent_err_set(err, LATENT_E_INVALID, "%s: close failed: %s", dst, strerror(errno));
     close(in);
     return rc;
 }
@@ -214,9 +214,9 @@ int latent_model_dir_write(const char *dir, const latent_config *cfg, const late
                            int bf16, const char *files_from, int replace, latent_err *err) {
     struct stat st;
     int exists = stat(dir, &st) == 0;
-    if (exists && !S_ISDIR(st.st_mode)) return latent_err_set(err, "%s: exists and is not a directory", dir);
+    if (exists && !S_ISDIR(st.st_mode)) return latent_err_set(err, LATENT_E_EXISTS, "%s: exists and is not a directory", dir);
     if (exists && !replace)
-        return latent_err_set(err, "%s: already exists (pass --force to replace it)", dir);
+        return latent_err_set(err, LATENT_E_EXISTS, "%s: already exists (pass --force to replace it)", dir);
 
     char *parent = parent_of(dir);
     size_t tn = strlen(dir) + 32;
@@ -224,14 +224,14 @@ int latent_model_dir_write(const char *dir, const latent_config *cfg, const late
     if (!parent || !tmp) {
         free(parent);
         free(tmp);
-        return latent_err_set(err, "%s: out of memory", dir);
+        return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
     }
     snprintf(tmp, tn, "%s.tmp-%ld", dir, (long)getpid());
     char *path = NULL;
     int rc = -1;
     remove_dir_files(tmp); /* a leftover of an earlier run with our pid */
     if (mkdir(tmp, 0755) != 0) {
-        latent_err_set(err, "%s: cannot create: %s (does %s exist?)", tmp, strerror(errno), parent);
+        latent_err_set(err, LATENT_E_IO, "%s: cannot create: %s (does %s exist?)", tmp, strerror(errno), parent);
         goto done;
     }
     if (!(path = path_join(tmp, "config.json"))) goto oom;
@@ -248,31 +248,31 @@ int latent_model_dir_write(const char *dir, const latent_config *cfg, const late
         if (c != 0) goto fail;
     }
     if (fsync_path(tmp, 1) != 0) {
-        latent_err_set(err, "%s: fsync failed: %s", tmp, strerror(errno));
+        latent_err_set(err, LATENT_E_INVALID, "%s: fsync failed: %s", tmp, strerror(errno));
         goto fail;
     }
     if (!exists) {
         if (rename(tmp, dir) != 0) {
-            latent_err_set(err, "%s: cannot rename to %s: %s", tmp, dir, strerror(errno));
+            latent_err_set(err, LATENT_E_IO, "%s: cannot rename to %s: %s", tmp, dir, strerror(errno));
             goto fail;
         }
     } else {
         /* Swap the complete new directory with the old one in one step; the
          * old files end up under tmp and are removed below. */
         if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
-            latent_err_set(err, "%s: cannot swap in %s: %s", dir, tmp, strerror(errno));
+            latent_err_set(err, LATENT_E_INVALID, "%s: cannot swap in %s: %s", dir, tmp, strerror(errno));
             goto fail;
         }
         remove_dir_files(tmp);
     }
     if (fsync_path(parent, 1) != 0) {
-        latent_err_set(err, "%s: fsync failed: %s", parent, strerror(errno));
+        latent_err_set(err, LATENT_E_INVALID, "%s: fsync failed: %s", parent, strerror(errno));
         goto done;
     }
     rc = 0;
     goto done;
 oom:
-    latent_err_set(err, "%s: out of memory", dir);
+    latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
 fail:
     remove_dir_files(tmp);
 done:

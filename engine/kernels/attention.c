@@ -1,5 +1,6 @@
 /* Causal GQA attention over paged KV caches. */
-#include "attention.h"
+#include "kernels/kernels.h"
+#include "fault.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -7,42 +8,55 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "latent/ops.h"
 #include "latent/threads.h"
-#include "simd_exp.h"
+#include "kernels/simd_exp.h"
 
 #define BLOCK_ROWS 64     /* query rows per sgemm work item */
 #define GEMM_MIN_ROWS 4   /* shorter runs read the pages row by row */
 #define MIN_SPLIT_KEYS 32 /* fewest keys in one range of a split row */
 
-int attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx) {
+struct attn_item_buf {
+    int start, len;   /* rows [start, start+len) of one sequence, consecutive positions */
+    int kvh;          /* the kv head this item serves (with all its q heads) */
+    int t0, t1;       /* keys [t0, t1) of a single-row item; t1 = 0: all up to the row */
+    int part;         /* slot for a partial result (a key range of a split row), or -1 */
+};
+typedef attn_item_buf attn_item;
+
+int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx, int rows) {
     int threads = latent_get_threads();
+    /* work items: (rows + 1) runs at most, times the kv heads, times the key
+     * ranges a single row may be split into (at most 4 per thread) */
+    size_t items = (size_t)(rows + 1) * c->n_kv_heads * 4 * threads;
+    if (items > s->items_cap) {
+        attn_item_buf *it = latent_step_realloc(s->items, items * sizeof(attn_item_buf));
+        if (!it) return -1;
+        s->items = it, s->items_cap = items;
+    }
     if (ctx <= s->ctx && threads <= s->threads) return 0;
     if (ctx < s->ctx) ctx = s->ctx;
     /* gathered K and V of one kv head, plus a block of scores (BLOCK_ROWS
      * rows for a run, or one row for every q head of a group) */
     int group = c->n_heads / c->n_kv_heads;
-    size_t per = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
-    per = (per + 15) / 16 * 16; /* each thread's slot 64-byte aligned (it also holds row pointers) */
-    float *buf = malloc(per * threads * sizeof(float));
+    size_t rowp_offset = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
+    rowp_offset = (rowp_offset + 15) / 16 * 16;
+    /* then 2 * ctx row pointers (8 bytes each: 4 floats per key) */
+    size_t per = rowp_offset + (size_t)4 * ctx;
+    per = (per + 15) / 16 * 16; /* each thread's slot 64-byte aligned */
+    float *buf = latent_step_realloc(NULL, per * threads * sizeof(float));
     if (!buf) return -1;
     free(s->buf);
-    s->buf = buf, s->per_thread = per, s->threads = threads, s->ctx = ctx;
+    s->buf = buf, s->per_thread = per, s->threads = threads, s->ctx = ctx, s->rowp_offset = rowp_offset;
     return 0;
 }
 
-void attn_scratch_free(attn_scratch *s) {
+void latent_attn_scratch_free(attn_scratch *s) {
     free(s->buf);
+    free(s->items);
     free(s->parts);
     memset(s, 0, sizeof *s);
 }
 
-typedef struct {
-    int start, len;   /* rows [start, start+len) of one sequence, consecutive positions */
-    int kvh;          /* the kv head this item serves (with all its q heads) */
-    int t0, t1;       /* keys [t0, t1) of a single-row item; t1 = 0: all up to the row */
-    int part;         /* slot for a partial result (a key range of a split row), or -1 */
-} attn_item;
 
 typedef struct {
     float *att;
@@ -69,10 +83,10 @@ static inline void axpy(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-#ifdef __AVX512F__
+#ifdef LATENT_HAVE_AVX512_CODE
 
 /* scores[g * len + i] = scale * q_g . k_i for the group's q heads; hd % 16 == 0. */
-static void row_scores(float *scores, int len, const float *q0, int group, int hd, const float *const *krows,
+AVX512_FN static void row_scores(float *scores, int len, const float *q0, int group, int hd, const float *const *krows,
                        const float *const *vrows, float scale) {
     for (int i = 0; i < len; i++) {
         const float *k = krows[i];
@@ -93,7 +107,7 @@ static void row_scores(float *scores, int len, const float *q0, int group, int h
 
 /* out_g = sum_i p[g * len + i] v_i, 16 features of up to four heads at a
  * time, the sums kept in registers; hd % 16 == 0. */
-static void row_values(float *out0, const float *p, int len, int group, int hd, const float *const *vrows) {
+AVX512_FN static void row_values(float *out0, const float *p, int len, int group, int hd, const float *const *vrows) {
     for (int g0 = 0; g0 < group; g0 += 4) {
         int gn = group - g0 < 4 ? group - g0 : 4;
         const float *p0 = p + (size_t)g0 * len, *p1 = p0 + len, *p2 = p1 + len, *p3 = p2 + len;
@@ -121,7 +135,8 @@ static void row_values(float *out0, const float *p, int len, int group, int hd, 
  * normalized output, or for a split row (part >= 0) the unnormalized output
  * with its running max and sum, merged by merge_parts. `rowp` has room for
  * 2 * (t1 - t0) pointers. */
-static void item_row(const attn_job *j, const attn_item *it, float *scores, const float **rowp) {
+static void item_row(const attn_job *j, const attn_item *it, float *scores, const float **rowp, float *kbuf,
+                     float *vbuf) {
     const latent_config *c = j->c;
     int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
@@ -132,19 +147,30 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
     const float *q0 = j->q + (size_t)r * qd + (size_t)it->kvh * group * hd;
     const float **krows = rowp, **vrows = rowp + len;
     for (int t = t0; t < t1; t++) {
-        krows[t - t0] = latent_kv_row(pool, pool->k, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
-        vrows[t - t0] = latent_kv_row(pool, pool->v, s->pages[t / P], j->layer, t % P) + it->kvh * hd;
+        const void *kr = latent_kv_at(pool, pool->k, s->pages[t / P], j->layer, t % P);
+        const void *vr = latent_kv_at(pool, pool->v, s->pages[t / P], j->layer, t % P);
+        if (pool->dtype == LATENT_KV_F32) {
+            krows[t - t0] = (const float *)kr + it->kvh * hd;
+            vrows[t - t0] = (const float *)vr + it->kvh * hd;
+            continue;
+        }
+        /* bf16 pages: this row's keys and values widened once into the
+         * thread's gather buffers, then read as F32 rows */
+        float *kd = kbuf + (size_t)(t - t0) * hd, *vd = vbuf + (size_t)(t - t0) * hd;
+        latent_kv_load(pool, kr, it->kvh * hd, kd, hd);
+        latent_kv_load(pool, vr, it->kvh * hd, vd, hd);
+        krows[t - t0] = kd, vrows[t - t0] = vd;
     }
     float *out0 = it->part >= 0 ? j->parts + (size_t)it->part * group * (hd + 2)
                                 : j->att + (size_t)r * qd + (size_t)it->kvh * group * hd;
-#ifdef __AVX512F__
-    int fast = hd % 16 == 0;
+#ifdef LATENT_HAVE_AVX512_CODE
+    int fast = hd % 16 == 0 && latent_isa_active() >= LATENT_ISA_AVX512;
 #else
     int fast = 0;
 #endif
     /* scores (group, len), then their exponentials, then the weighted values */
     if (fast) {
-#ifdef __AVX512F__
+#ifdef LATENT_HAVE_AVX512_CODE
         row_scores(scores, len, q0, group, hd, krows, vrows, scale);
 #endif
     } else {
@@ -158,7 +184,7 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
         mx[g] = m, sum[g] = exp_shift_sum(sg, len, m);
     }
     if (fast) {
-#ifdef __AVX512F__
+#ifdef LATENT_HAVE_AVX512_CODE
         row_values(out0, scores, len, group, hd, vrows);
 #endif
     } else {
@@ -186,8 +212,8 @@ static void item_gemm(const attn_job *j, const attn_item *it, float *kbuf, float
     const latent_kv_pool *pool = s->pool;
     int P = pool->page_tokens, len = first->pos + it->len; /* keys up to the run's last row */
     for (int t = 0; t < len; t++) {
-        memcpy(kbuf + (size_t)t * hd, latent_kv_row(pool, pool->k, s->pages[t / P], j->layer, t % P) + it->kvh * hd, hd * sizeof(float));
-        memcpy(vbuf + (size_t)t * hd, latent_kv_row(pool, pool->v, s->pages[t / P], j->layer, t % P) + it->kvh * hd, hd * sizeof(float));
+        latent_kv_load(pool, latent_kv_at(pool, pool->k, s->pages[t / P], j->layer, t % P), it->kvh * hd, kbuf + (size_t)t * hd, hd);
+        latent_kv_load(pool, latent_kv_at(pool, pool->v, s->pages[t / P], j->layer, t % P), it->kvh * hd, vbuf + (size_t)t * hd, hd);
     }
     float scale = 1.0f / sqrtf((float)hd);
     for (int h = it->kvh * group; h < (it->kvh + 1) * group; h++) {
@@ -197,7 +223,7 @@ static void item_gemm(const attn_job *j, const attn_item *it, float *kbuf, float
         for (int i = 0; i < it->len; i++) {
             int valid = first->pos + i + 1; /* causal: keys 0..pos */
             float *row = scores + (size_t)i * len;
-            softmax_forward(row, valid);
+            latent_softmax_forward(row, valid);
             memset(row + valid, 0, (size_t)(len - valid) * sizeof(float));
         }
         float *out = j->att + (size_t)it->start * qd + (size_t)h * hd;
@@ -226,8 +252,8 @@ static void attn_task(void *ctx, int task) {
     for (int r = it->start; r < it->start + it->len; r++) {
         attn_item one = *it;
         one.start = r, one.len = 1;
-        /* the gather buffers a run would use hold this row's k, v row pointers */
-        item_row(j, &one, base + 2 * kv, (const float **)base);
+        /* row pointers after the scores; bf16 rows widened into the gather buffers */
+        item_row(j, &one, base + 2 * kv, (const float **)(base + j->s->rowp_offset), base, base + kv);
     }
 }
 
@@ -273,7 +299,7 @@ static int run_length(const row_meta *rows, int r, int n) {
     return len;
 }
 
-void attention_forward(float *att, const float *q, const row_meta *rows, int n, int layer,
+void latent_attention_forward(float *att, const float *q, const row_meta *rows, int n, int layer,
                        const latent_config *c, attn_scratch *s) {
     /* Work items: runs of consecutive rows of one sequence, cut into blocks,
      * times the kv heads. Single rows stay items of their own; when they are
@@ -285,7 +311,8 @@ void attention_forward(float *att, const float *q, const row_meta *rows, int n, 
     int units = singles * c->n_kv_heads, want = 4 * latent_get_threads();
     int split = units > 0 && units < want ? (want + units - 1) / units : 1;
     int max_items = (n + 1) * c->n_kv_heads * split, group = c->n_heads / c->n_kv_heads;
-    attn_item stack_items[512], *items = max_items <= 512 ? stack_items : malloc(max_items * sizeof *items);
+    /* sized by latent_attn_scratch_reserve for these rows and threads */
+    attn_item stack_items[512], *items = max_items <= 512 ? stack_items : (attn_item *)s->items;
     float *parts = NULL;
     if (split > 1) {
         size_t need = (size_t)units * split * group * (c->head_dim + 2);
@@ -323,5 +350,4 @@ void attention_forward(float *att, const float *q, const row_meta *rows, int n, 
     attn_job j = {att, q, rows, c, s, items, parts, layer, atomic_fetch_add(&job_counter, 1) + 1, 0};
     latent_parallel_for(attn_task, &j, n_items);
     if (n_parts > 0) merge_parts(&j, n_items);
-    if (items != stack_items) free(items);
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "latent/train_ops.h"
+#include "train/train_ops.h"
 
 int latent_optim_init(latent_optim *opt, const latent_config *cfg, const latent_optim_opts *o, latent_err *err) {
     memset(opt, 0, sizeof *opt);
@@ -30,7 +30,7 @@ int latent_optim_init(latent_optim *opt, const latent_config *cfg, const latent_
     latent_weights_free(&probe);
     if (!opt->frozen) {
         latent_optim_free(opt);
-        return latent_err_set(err, "optimizer: out of memory");
+        return latent_err_set(err, LATENT_E_NOMEM, "optimizer: out of memory");
     }
     return 0;
 }
@@ -99,7 +99,7 @@ double latent_optim_step(latent_optim *opt, latent_weights *w, latent_weights *g
         upd_job j = {*p->slot, *g->params[i].slot, o->adamw ? *opt->m.params[i].slot : NULL,
                      o->adamw ? *opt->v.params[i].slot : NULL, (float)lr, p->ndim == 2 ? o->weight_decay : 0.0f,
                      o->beta1, o->beta2, o->eps, (float)bc1, (float)bc2, gscale, o->adamw};
-        tr_par_rows(upd_rows, &j, (int)p->numel);
+        latent_tr_par_rows(upd_rows, &j, (int)p->numel);
     }
     return lr;
 }

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "latent/train_ops.h"
+#include "train/train_ops.h"
 
 typedef struct blk {          /* one block's saved activations over n rows */
     float *x;                 /* (n, d) input (before LRT residual injection) */
@@ -220,31 +220,31 @@ static void trainer_layout(latent_trainer *t, carver *cv) {
 latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_shape *s, latent_err *err) {
     const latent_config *c = &m->cfg;
     if (s->batch < 1 || s->seq < 2) {
-        latent_err_set(err, "train: batch must be >= 1 and seq >= 2 (got %d, %d)", s->batch, s->seq);
+        latent_err_set(err, LATENT_E_INVALID, "train: batch must be >= 1 and seq >= 2 (got %d, %d)", s->batch, s->seq);
         return NULL;
     }
     if (s->seq > c->max_pos) {
-        latent_err_set(err, "train: seq %d exceeds the model's max_position_embeddings %d", s->seq, c->max_pos);
+        latent_err_set(err, LATENT_E_INVALID, "train: seq %d exceeds the model's max_position_embeddings %d", s->seq, c->max_pos);
         return NULL;
     }
     if ((size_t)s->batch * s->seq > (size_t)1 << 24) {
-        latent_err_set(err, "train: batch * seq = %lld rows is too many", (long long)s->batch * s->seq);
+        latent_err_set(err, LATENT_E_INVALID, "train: batch * seq = %lld rows is too many", (long long)s->batch * s->seq);
         return NULL;
     }
     if (s->mode == LATENT_TRAIN_JACOBI && c->rec != LATENT_REC_T2MLR) {
-        latent_err_set(err, "train: Jacobi mode needs a T2MLR model (config has no t2mlr latent_recurrence)");
+        latent_err_set(err, LATENT_E_INVALID, "train: Jacobi mode needs a T2MLR model (config has no t2mlr latent_recurrence)");
         return NULL;
     }
     if (s->mode == LATENT_TRAIN_LRT && c->rec != LATENT_REC_LRT) {
-        latent_err_set(err, "train: LRT mode needs an LRT model (config has no lrt latent_recurrence)");
+        latent_err_set(err, LATENT_E_INVALID, "train: LRT mode needs an LRT model (config has no lrt latent_recurrence)");
         return NULL;
     }
     if (s->mode == LATENT_TRAIN_JACOBI && (s->jacobi_iters < 1 || s->jacobi_grad_iters < 0)) {
-        latent_err_set(err, "train: --jacobi-iters must be >= 1 and --jacobi-grad-iters >= 0");
+        latent_err_set(err, LATENT_E_INVALID, "train: --jacobi-iters must be >= 1 and --jacobi-grad-iters >= 0");
         return NULL;
     }
     if (s->mode == LATENT_TRAIN_LRT && (s->lrt_subsets < 1 || s->lrt_subsets > s->seq)) {
-        latent_err_set(err, "train: --lrt-subsets must be in 1..seq (%d), got %d", s->seq, s->lrt_subsets);
+        latent_err_set(err, LATENT_E_INVALID, "train: --lrt-subsets must be in 1..seq (%d), got %d", s->seq, s->lrt_subsets);
         return NULL;
     }
     latent_trainer *t = calloc(1, sizeof *t);
@@ -313,7 +313,7 @@ latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_sha
     t->slab = aligned_alloc((size_t)2 << 20, bytes);
     if (t->slab) madvise(t->slab, bytes, MADV_HUGEPAGE); /* advice only */
     if (!t->slab) {
-        latent_err_set(err, "train: cannot allocate %.1f MiB of activations (try a smaller --batch or --seq)",
+        latent_err_set(err, LATENT_E_NOMEM, "train: cannot allocate %.1f MiB of activations (try a smaller --batch or --seq)",
                        cv.off * 4.0 / (1 << 20));
         latent_trainer_free(t);
         return NULL;
@@ -322,7 +322,7 @@ latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_sha
     memset(t->slab, 0, cv.off * sizeof(float));
     cv = (carver){t->slab, 0};
     trainer_layout(t, &cv);
-    tr_rope_tables(t->rope_cos, t->rope_sin, t->T, c->head_dim, c->rope_theta);
+    latent_tr_rope_tables(t->rope_cos, t->rope_sin, t->T, c->head_dim, c->rope_theta);
     for (int k = 0; k < t->S; k++) {
         t->sub[k].pos = t->sub_pos[k];
         t->sub[k].qpos = t->sub_qpos[k];
@@ -332,7 +332,7 @@ latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_sha
     for (int i = 0; i < t->n_mid; i++) t->mid[i].pos = t->pos, t->mid[i].qpos = t->qpos;
     return t;
 oom:
-    latent_err_set(err, "train: out of memory");
+    latent_err_set(err, LATENT_E_NOMEM, "train: out of memory");
     latent_trainer_free(t);
     return NULL;
 }
@@ -366,17 +366,17 @@ static void blk_fwd_qkv(latent_trainer *t, int l, blk *A, const chain *ch) {
     int n = ch->n, d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c);
     int kvi = A->inject && c->lrt.kv_injection;
     if (A->inject && c->lrt.residual_injection)
-        tr_lrt_residual_forward(A->xi, A->x, ch->mem, L->lrt_alpha[0], L->lrt_gamma[0], (size_t)n * d);
-    tr_rmsnorm_forward(A->a, A->rs1, A->xi, L->attn_norm, n, d, c->rms_eps);
+        latent_tr_lrt_residual_forward(A->xi, A->x, ch->mem, L->lrt_alpha[0], L->lrt_gamma[0], (size_t)n * d);
+    latent_tr_rmsnorm_forward(A->a, A->rs1, A->xi, L->attn_norm, n, d, c->rms_eps);
     float *qkv[3] = {A->q, kvi ? A->kl : A->k, kvi ? A->vl : A->v};
     const float *wqkv[3] = {L->wq, L->wk, L->wv};
     int dims[3] = {qd, kvd, kvd};
-    tr_linear_forward_multi(qkv, A->a, wqkv, dims, 3, n, d);
+    latent_tr_linear_forward_multi(qkv, A->a, wqkv, dims, 3, n, d);
     if (kvi)
-        tr_lrt_kv_forward(A->k, A->v, A->gate, A->mk, A->mv, A->kl, A->vl, A->a, ch->mem, L->lrt_gate, L->lrt_k,
+        latent_tr_lrt_kv_forward(A->k, A->v, A->gate, A->mk, A->mv, A->kl, A->vl, A->a, ch->mem, L->lrt_gate, L->lrt_k,
                           L->lrt_v, n, d, c->n_kv_heads, c->head_dim);
-    tr_rope_forward(A->q, ch->pos, t->rope_cos, t->rope_sin, n, c->n_heads, c->head_dim);
-    tr_rope_forward(A->k, ch->pos, t->rope_cos, t->rope_sin, n, c->n_kv_heads, c->head_dim);
+    latent_tr_rope_forward(A->q, ch->pos, t->rope_cos, t->rope_sin, n, c->n_heads, c->head_dim);
+    latent_tr_rope_forward(A->k, ch->pos, t->rope_cos, t->rope_sin, n, c->n_kv_heads, c->head_dim);
 }
 
 /* Wo and the attention residual, then the MLP and its residual. */
@@ -385,23 +385,23 @@ static void blk_fwd_out(latent_trainer *t, int l, blk *A, const chain *ch) {
     const latent_layer *L = &t->m->w.layers[l];
     int n = ch->n, d = c->d, qd = latent_config_q_dim(c);
     size_t nd = (size_t)n * d, nf = (size_t)n * c->ffn;
-    tr_linear_forward(t->tmp, A->o, L->wo, NULL, n, qd, d);
-    tr_residual_forward(A->x2, A->xi, t->tmp, nd);
-    tr_rmsnorm_forward(A->mn, A->rs2, A->x2, L->mlp_norm, n, d, c->rms_eps);
+    latent_tr_linear_forward(t->tmp, A->o, L->wo, NULL, n, qd, d);
+    latent_tr_residual_forward(A->x2, A->xi, t->tmp, nd);
+    latent_tr_rmsnorm_forward(A->mn, A->rs2, A->x2, L->mlp_norm, n, d, c->rms_eps);
     float *gu[2] = {A->hg, A->hu};
     const float *wgu[2] = {L->wg, L->wu};
     int dims[2] = {c->ffn, c->ffn};
-    tr_linear_forward_multi(gu, A->mn, wgu, dims, 2, n, d);
-    tr_swiglu_forward(A->hs, A->hg, A->hu, nf);
-    tr_linear_forward(t->tmp, A->hs, L->wd, NULL, n, c->ffn, d);
-    tr_residual_forward(A->out, A->x2, t->tmp, nd);
+    latent_tr_linear_forward_multi(gu, A->mn, wgu, dims, 2, n, d);
+    latent_tr_swiglu_forward(A->hs, A->hg, A->hu, nf);
+    latent_tr_linear_forward(t->tmp, A->hs, L->wd, NULL, n, c->ffn, d);
+    latent_tr_residual_forward(A->out, A->x2, t->tmp, nd);
 }
 
 /* A block attending to its own pass's keys. */
 static void blk_forward(latent_trainer *t, int l, blk *A, const chain *ch) {
     const latent_config *c = t->c;
     blk_fwd_qkv(t, l, A, ch);
-    tr_attention_forward(A->o, A->p, A->q, A->k, A->v, ch->qpos, t->B, ch->nq, t->T, c->n_heads, c->n_kv_heads,
+    latent_tr_attention_forward(A->o, A->p, A->q, A->k, A->v, ch->qpos, t->B, ch->nq, t->T, c->n_heads, c->n_kv_heads,
                          c->head_dim);
     blk_fwd_out(t, l, A, ch);
 }
@@ -416,21 +416,21 @@ static void blk_bwd_out(latent_trainer *t, int l, const blk *A, const chain *ch,
     size_t nf = (size_t)n * f;
     /* out = x2 + hs Wd^T, hs = silu(hg) * hu */
     memset(t->dhs, 0, nf * sizeof(float));
-    tr_linear_backward(t->dhs, G->wd, NULL, t->dres, A->hs, L->wd, n, f, d);
+    latent_tr_linear_backward(t->dhs, G->wd, NULL, t->dres, A->hs, L->wd, n, f, d);
     memset(t->dhg, 0, nf * sizeof(float));
     memset(t->dhu, 0, nf * sizeof(float));
-    tr_swiglu_backward(t->dhg, t->dhu, t->dhs, A->hg, A->hu, nf);
+    latent_tr_swiglu_backward(t->dhg, t->dhu, t->dhs, A->hg, A->hu, nf);
     /* hg, hu = mn Wg^T, mn Wu^T */
     memset(t->da, 0, (size_t)n * d * sizeof(float));
     float *dgu[2] = {G->wg, G->wu};
     const float *gdu[2] = {t->dhg, t->dhu}, *wgu[2] = {L->wg, L->wu};
     int dims[2] = {f, f};
-    tr_linear_backward_multi(t->da, dgu, gdu, A->mn, wgu, dims, 2, n, d);
+    latent_tr_linear_backward_multi(t->da, dgu, gdu, A->mn, wgu, dims, 2, n, d);
     /* mn = RMSNorm(x2): dres becomes d x2 */
-    tr_rmsnorm_backward(t->dres, G->mlp_norm, t->da, A->x2, A->rs2, L->mlp_norm, n, d);
+    latent_tr_rmsnorm_backward(t->dres, G->mlp_norm, t->da, A->x2, A->rs2, L->mlp_norm, n, d);
     /* x2 = xi + o Wo^T */
     memset(t->dO, 0, (size_t)n * qd * sizeof(float));
-    tr_linear_backward(t->dO, G->wo, NULL, t->dres, A->o, L->wo, n, qd, d);
+    latent_tr_linear_backward(t->dO, G->wo, NULL, t->dres, A->o, L->wo, n, qd, d);
 }
 
 /* From dq, dk, dv (after RoPE; written in place) and the residual gradient
@@ -443,15 +443,15 @@ static void blk_bwd_qkv(latent_trainer *t, int l, const blk *A, const chain *ch,
     const latent_layer *L = &t->m->w.layers[l];
     int n = ch->n, d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c);
     size_t nd = (size_t)n * d;
-    tr_rope_backward(dq, ch->pos, t->rope_cos, t->rope_sin, n, c->n_heads, c->head_dim);
-    tr_rope_backward(dk, ch->pos, t->rope_cos, t->rope_sin, n, c->n_kv_heads, c->head_dim);
+    latent_tr_rope_backward(dq, ch->pos, t->rope_cos, t->rope_sin, n, c->n_heads, c->head_dim);
+    latent_tr_rope_backward(dk, ch->pos, t->rope_cos, t->rope_sin, n, c->n_kv_heads, c->head_dim);
     memset(t->da, 0, nd * sizeof(float));
     const float *gk = dk, *gv = dv;
     if (A->inject && c->lrt.kv_injection) {
         /* k = g_loc kl + g_fb (m K^T) per kv head (likewise v) */
         memset(t->dkl, 0, (size_t)n * kvd * sizeof(float));
         memset(t->dvl, 0, (size_t)n * kvd * sizeof(float));
-        tr_lrt_kv_backward(t->dkl, t->dvl, t->da, ch->mem ? dmem : NULL, G->lrt_gate, G->lrt_k, G->lrt_v, dk, dv,
+        latent_tr_lrt_kv_backward(t->dkl, t->dvl, t->da, ch->mem ? dmem : NULL, G->lrt_gate, G->lrt_k, G->lrt_v, dk, dv,
                            A->gate, A->mk, A->mv, A->kl, A->vl, A->a, ch->mem, L->lrt_gate, L->lrt_k, L->lrt_v,
                            t->kvscr, n, d, c->n_kv_heads, c->head_dim);
         gk = t->dkl, gv = t->dvl;
@@ -460,13 +460,13 @@ static void blk_bwd_qkv(latent_trainer *t, int l, const blk *A, const chain *ch,
     float *dw[3] = {G->wq, G->wk, G->wv};
     const float *gs[3] = {dq, gk, gv}, *ws[3] = {L->wq, L->wk, L->wv};
     int dims[3] = {qd, kvd, kvd};
-    tr_linear_backward_multi(t->da, dw, gs, A->a, ws, dims, 3, n, d);
+    latent_tr_linear_backward_multi(t->da, dw, gs, A->a, ws, dims, 3, n, d);
     /* a = RMSNorm(xi): dres (already the residual path's d xi) += */
-    tr_rmsnorm_backward(t->dres, G->attn_norm, t->da, A->xi, A->rs1, L->attn_norm, n, d);
+    latent_tr_rmsnorm_backward(t->dres, G->attn_norm, t->da, A->xi, A->rs1, L->attn_norm, n, d);
     if (A->inject && c->lrt.residual_injection) {
         /* xi = alpha x + gamma m */
         memset(t->dres2, 0, nd * sizeof(float));
-        tr_lrt_residual_backward(t->dres2, ch->mem ? dmem : NULL, G->lrt_alpha, G->lrt_gamma, t->dres, A->x, ch->mem,
+        latent_tr_lrt_residual_backward(t->dres2, ch->mem ? dmem : NULL, G->lrt_alpha, G->lrt_gamma, t->dres, A->x, ch->mem,
                                  L->lrt_alpha[0], L->lrt_gamma[0], nd);
         float *sw = t->dres;
         t->dres = t->dres2, t->dres2 = sw;
@@ -482,7 +482,7 @@ static void blk_backward(latent_trainer *t, int l, const blk *A, const chain *ch
     memset(t->dq, 0, (size_t)n * qd * sizeof(float));
     memset(t->dk, 0, (size_t)n * kvd * sizeof(float));
     memset(t->dv, 0, (size_t)n * kvd * sizeof(float));
-    tr_attention_backward(t->dq, t->dk, t->dv, t->dO, A->p, A->q, A->k, A->v, ch->qpos, t->B, ch->nq, t->T,
+    latent_tr_attention_backward(t->dq, t->dk, t->dv, t->dO, A->p, A->q, A->k, A->v, ch->qpos, t->B, ch->nq, t->T,
                           c->n_heads, c->n_kv_heads, c->head_dim);
     blk_bwd_qkv(t, l, A, ch, G, t->dq, t->dk, t->dv, NULL);
 }
@@ -491,8 +491,8 @@ static void blk_backward(latent_trainer *t, int l, const blk *A, const chain *ch
 
 static void head_forward(latent_trainer *t, head *h, const float *x, int n) {
     const latent_config *c = t->c;
-    tr_rmsnorm_forward(h->fn, h->rs, x, t->m->w.final_norm, n, c->d, c->rms_eps);
-    tr_linear_forward(h->logits, h->fn, t->m->w.lm_head, NULL, n, c->d, c->vocab);
+    latent_tr_rmsnorm_forward(h->fn, h->rs, x, t->m->w.final_norm, n, c->d, c->rms_eps);
+    latent_tr_linear_forward(h->logits, h->fn, t->m->w.lm_head, NULL, n, c->d, c->vocab);
 }
 
 static int count_scored(const uint8_t *mask, int n) {
@@ -507,10 +507,10 @@ static double head_loss(latent_trainer *t, head *h, const int32_t *tgt, const ui
                         int bwd) {
     int k = count_scored(mask, n);
     if (bwd)
-        tr_crossentropy_softmax_backward(h->logits, h->loss, tgt, mask, k ? (float)(weight / k) : 0.0f, n,
+        latent_tr_crossentropy_softmax_backward(h->logits, h->loss, tgt, mask, k ? (float)(weight / k) : 0.0f, n,
                                          t->c->vocab);
     else
-        tr_crossentropy_forward(h->loss, h->logits, tgt, mask, n, t->c->vocab);
+        latent_tr_crossentropy_forward(h->loss, h->logits, tgt, mask, n, t->c->vocab);
     double s = 0;
     for (int i = 0; i < n; i++) s += h->loss[i];
     return k ? s / k : 0.0;
@@ -524,10 +524,10 @@ static void head_backward(latent_trainer *t, head *h, const float *x, int n, con
     const latent_config *c = t->c;
     size_t nd = (size_t)n * c->d;
     memset(t->da, 0, nd * sizeof(float));
-    tr_linear_backward(t->da, g->lm_head, NULL, h->logits, h->fn, t->m->w.lm_head, n, c->d, c->vocab);
-    if (dfn_extra) tr_add(t->da, dfn_extra, nd);
+    latent_tr_linear_backward(t->da, g->lm_head, NULL, h->logits, h->fn, t->m->w.lm_head, n, c->d, c->vocab);
+    if (dfn_extra) latent_tr_add(t->da, dfn_extra, nd);
     memset(t->dres, 0, nd * sizeof(float));
-    tr_rmsnorm_backward(t->dres, g->final_norm, t->da, x, h->rs, t->m->w.final_norm, n, c->d);
+    latent_tr_rmsnorm_backward(t->dres, g->final_norm, t->da, x, h->rs, t->m->w.final_norm, n, c->d);
 }
 
 /* ---- plain -------------------------------------------------------------- */
@@ -535,14 +535,14 @@ static void head_backward(latent_trainer *t, head *h, const float *x, int n, con
 static double plain_step(latent_trainer *t, latent_weights *g) {
     const latent_config *c = t->c;
     chain *ch = &t->main;
-    tr_embedding_forward(ch->in, t->tok, t->m->w.embed, t->N, c->d);
+    latent_tr_embedding_forward(ch->in, t->tok, t->m->w.embed, t->N, c->d);
     for (int l = 0; l < c->n_layers; l++) blk_forward(t, l, &ch->b[l], ch);
     head_forward(t, &t->hmain, ch->out, t->N);
     double loss = head_loss(t, &t->hmain, t->tgt, t->mask, t->N, 1.0, g != NULL);
     if (!g) return loss;
     head_backward(t, &t->hmain, ch->out, t->N, NULL, g);
     for (int l = c->n_layers - 1; l >= 0; l--) blk_backward(t, l, &ch->b[l], ch, g);
-    tr_embedding_backward(g->embed, t->dres, t->tok, t->N, c->d);
+    latent_tr_embedding_backward(g->embed, t->dres, t->tok, t->N, c->d);
     return loss;
 }
 
@@ -574,26 +574,26 @@ static double jacobi_step(latent_trainer *t, latent_weights *g) {
 
     /* 1. full forward with no fusion, up to l_end (later blocks would not
      * reach the loss); X = the input of block l_start. R^(0) = shift(Y0). */
-    tr_embedding_forward(A->in, t->tok, t->m->w.embed, N, d);
+    latent_tr_embedding_forward(A->in, t->tok, t->m->w.embed, N, d);
     for (int l = 0; l <= le; l++) blk_forward(t, l, &A->b[l], A);
     const float *X = A->b[ls].x;
-    tr_shift_right_forward(jacobi_R(t, 0), A->out, t->B, t->T, d);
+    latent_tr_shift_right_forward(jacobi_R(t, 0), A->out, t->B, t->T, d);
 
     /* 2. D-1 middle passes on X; the first D-1-G run in mid[0] and are
      * overwritten (their M is detached), the last G keep their activations. */
     for (int k = 1; k < D; k++) {
         chain *ch = &t->mid[k >= D - G ? k - (D - G) : 0];
         const float *Rp = jacobi_R(t, k - 1);
-        tr_t2mlr_fuse_forward(ch->in, &ch->fuse, X, Rp, fw, t->flow, N, d);
+        latent_tr_t2mlr_fuse_forward(ch->in, &ch->fuse, X, Rp, fw, t->flow, N, d);
         for (int l = ls; l <= le; l++) blk_forward(t, l, &ch->b[l - ls], ch);
-        tr_t2mlr_update_forward(t->M, ch->f, ch->out, Rp, t->flow, tc->cache_residual, tc->cache_norm_clamp,
+        latent_tr_t2mlr_update_forward(t->M, ch->f, ch->out, Rp, t->flow, tc->cache_residual, tc->cache_norm_clamp,
                                 tc->cache_norm_eps, N, d);
-        tr_shift_right_forward(jacobi_R(t, k), t->M, t->B, t->T, d);
+        latent_tr_shift_right_forward(jacobi_R(t, k), t->M, t->B, t->T, d);
     }
 
     /* 3. final pass: blocks l_start..L-1 on Phi(X, R^(D-1)), loss. */
     chain *F = &t->fin;
-    tr_t2mlr_fuse_forward(F->in, &F->fuse, X, jacobi_R(t, D - 1), fw, t->flow, N, d);
+    latent_tr_t2mlr_fuse_forward(F->in, &F->fuse, X, jacobi_R(t, D - 1), fw, t->flow, N, d);
     for (int l = ls; l < L; l++) blk_forward(t, l, &F->b[l - ls], F);
     head_forward(t, &t->hfin, F->out, N);
     double loss = head_loss(t, &t->hfin, t->tgt, t->mask, N, 1.0, g != NULL);
@@ -608,20 +608,20 @@ static double jacobi_step(latent_trainer *t, latent_weights *g) {
      * for j = 0 when B >= D (R^(0) not detached). */
     int grad_from_A = t->s.jacobi_grad_iters >= D;
 #define R_LIVE(j) ((j) >= 1 ? (j) >= D - G : grad_from_A)
-    tr_t2mlr_fuse_backward(t->dX, R_LIVE(D - 1) ? t->dR : NULL, fg, t->dres, &F->fuse, X, jacobi_R(t, D - 1), fw,
+    latent_tr_t2mlr_fuse_backward(t->dX, R_LIVE(D - 1) ? t->dR : NULL, fg, t->dres, &F->fuse, X, jacobi_R(t, D - 1), fw,
                            t->flow, t->fscr, N, d);
     for (int k = D - 1; k >= D - G && k >= 1; k--) {
         chain *ch = &t->mid[k - (D - G)];
         /* R^(k) = shift_right(M) */
         memset(t->dM, 0, nd * sizeof(float));
-        tr_shift_right_backward(t->dM, t->dR, t->B, t->T, d);
+        latent_tr_shift_right_backward(t->dM, t->dR, t->B, t->T, d);
         /* M = s(Y + R^(k-1)) with the factor constant (or Y) */
         int live = R_LIVE(k - 1);
         memset(t->dres, 0, nd * sizeof(float));
         memset(t->dR2, 0, nd * sizeof(float));
-        tr_t2mlr_update_backward(t->dres, live ? t->dR2 : NULL, t->dM, ch->f, N, d);
+        latent_tr_t2mlr_update_backward(t->dres, live ? t->dR2 : NULL, t->dM, ch->f, N, d);
         for (int l = le; l >= ls; l--) blk_backward(t, l, &ch->b[l - ls], ch, g);
-        tr_t2mlr_fuse_backward(t->dX, live ? t->dR2 : NULL, fg, t->dres, &ch->fuse, X, jacobi_R(t, k - 1), fw,
+        latent_tr_t2mlr_fuse_backward(t->dX, live ? t->dR2 : NULL, fg, t->dres, &ch->fuse, X, jacobi_R(t, k - 1), fw,
                                t->flow, t->fscr, N, d);
         float *sw = t->dR;
         t->dR = t->dR2, t->dR2 = sw;
@@ -630,14 +630,14 @@ static double jacobi_step(latent_trainer *t, latent_weights *g) {
     if (grad_from_A) {
         /* R^(0) = shift_right(Y0): back through pass 1's middle blocks to X */
         memset(t->dres, 0, nd * sizeof(float));
-        tr_shift_right_backward(t->dres, t->dR, t->B, t->T, d);
+        latent_tr_shift_right_backward(t->dres, t->dR, t->B, t->T, d);
         for (int l = le; l >= ls; l--) blk_backward(t, l, &A->b[l], A, g);
-        tr_add(t->dres, t->dX, nd);
+        latent_tr_add(t->dres, t->dX, nd);
     } else {
         memcpy(t->dres, t->dX, nd * sizeof(float));
     }
     for (int l = ls - 1; l >= 0; l--) blk_backward(t, l, &A->b[l], A, g);
-    tr_embedding_backward(g->embed, t->dres, t->tok, N, d);
+    latent_tr_embedding_backward(g->embed, t->dres, t->tok, N, d);
     return loss;
 }
 
@@ -666,8 +666,8 @@ static void lrt_view(latent_trainer *t, int l, int s) {
     size_t kvd = latent_config_kv_dim(t->c), off = (size_t)l * t->N * kvd;
     rows_job jk = {t->kview, t->krec + off, t->main.b[l].k, NULL, (int)kvd, t->S, s, t->T};
     rows_job jv = {t->vview, t->vrec + off, t->main.b[l].v, NULL, (int)kvd, t->S, s, t->T};
-    tr_par_rows(view_rows, &jk, t->N);
-    tr_par_rows(view_rows, &jv, t->N);
+    latent_tr_par_rows(view_rows, &jk, t->N);
+    latent_tr_par_rows(view_rows, &jv, t->N);
 }
 
 /* The view's gradient back to where its rows came from. */
@@ -685,8 +685,8 @@ static void lrt_route(latent_trainer *t, int l, int s) {
     size_t kvd = latent_config_kv_dim(t->c), off = (size_t)l * t->N * kvd;
     rows_job jk = {t->dkview, t->dKr + off, t->dK0 + off, NULL, (int)kvd, t->S, s, t->T};
     rows_job jv = {t->dvview, t->dVr + off, t->dV0 + off, NULL, (int)kvd, t->S, s, t->T};
-    tr_par_rows(route_rows, &jk, t->N);
-    tr_par_rows(route_rows, &jv, t->N);
+    latent_tr_par_rows(route_rows, &jk, t->N);
+    latent_tr_par_rows(route_rows, &jv, t->N);
 }
 
 static void gather(float *dst, const float *src, const int *idx, int n, int width) {
@@ -712,7 +712,7 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
 
     /* 1. full pass with m = 0: L_0, every block's k, v, and h^(src) */
     chain *P0 = &t->main;
-    tr_embedding_forward(P0->in, t->tok, t->m->w.embed, N, d);
+    latent_tr_embedding_forward(P0->in, t->tok, t->m->w.embed, N, d);
     for (int l = 0; l < L; l++) blk_forward(t, l, &P0->b[l], P0);
     head_forward(t, &t->hmain, P0->out, N);
     double loss = w * head_loss(t, &t->hmain, t->tgt, t->mask, N, w, g != NULL);
@@ -737,7 +737,7 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
             else
                 memcpy(m, ((tt - 1) % S < s ? t->Hrec : H0) + (size_t)(glob[i] - 1) * d, d * sizeof(float));
         }
-        tr_embedding_forward(ch->in, t->sub_tok[s], t->m->w.embed, n, d);
+        latent_tr_embedding_forward(ch->in, t->sub_tok[s], t->m->w.embed, n, d);
         for (int l = 0; l < L; l++) {
             blk *A = &ch->b[l];
             blk_fwd_qkv(t, l, A, ch);
@@ -745,7 +745,7 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
             scatter(t->krec + (size_t)l * N * kvd, A->k, glob, n, kvd);
             scatter(t->vrec + (size_t)l * N * kvd, A->v, glob, n, kvd);
             lrt_view(t, l, s);
-            tr_attention_forward(A->o, A->p, A->q, t->kview, t->vview, ch->qpos, t->B, ch->nq, T, c->n_heads,
+            latent_tr_attention_forward(A->o, A->p, A->q, t->kview, t->vview, ch->qpos, t->B, ch->nq, T, c->n_heads,
                                  c->n_kv_heads, c->head_dim);
             blk_fwd_out(t, l, A, ch);
         }
@@ -775,14 +775,14 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
             latent_layer *G = &g->layers[l];
             if (l == src) {
                 gather(dsrc, t->dHr, glob, n, d);
-                tr_add(t->dres, dsrc, snd);
+                latent_tr_add(t->dres, dsrc, snd);
             }
             blk_bwd_out(t, l, A, ch, G);
             lrt_view(t, l, s);
             memset(t->dq, 0, (size_t)n * qd * sizeof(float));
             memset(t->dkview, 0, (size_t)N * kvd * sizeof(float));
             memset(t->dvview, 0, (size_t)N * kvd * sizeof(float));
-            tr_attention_backward(t->dq, t->dkview, t->dvview, t->dO, A->p, A->q, t->kview, t->vview, ch->qpos, t->B,
+            latent_tr_attention_backward(t->dq, t->dkview, t->dvview, t->dO, A->p, A->q, t->kview, t->vview, ch->qpos, t->B,
                                   ch->nq, T, c->n_heads, c->n_kv_heads, c->head_dim);
             lrt_route(t, l, s);
             /* the subset's own k, v: every reader (this and later subsets) is done */
@@ -790,7 +790,7 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
             gather(t->dv, t->dVr + (size_t)l * N * kvd, glob, n, kvd);
             blk_bwd_qkv(t, l, A, ch, G, t->dq, t->dk, t->dv, t->dmem);
         }
-        tr_embedding_backward(g->embed, t->dres, t->sub_tok[s], n, d);
+        latent_tr_embedding_backward(g->embed, t->dres, t->sub_tok[s], n, d);
         /* the memory came from position t-1's newest h^(src) */
         for (int i = 0; i < n; i++) {
             int tt = ch->pos[i];
@@ -804,17 +804,17 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
     for (int l = L - 1; l >= 0; l--) {
         blk *A = &P0->b[l];
         latent_layer *G = &g->layers[l];
-        if (l == src) tr_add(t->dres, t->dH0, nd);
+        if (l == src) latent_tr_add(t->dres, t->dH0, nd);
         blk_bwd_out(t, l, A, P0, G);
         /* pass 0's k, v: its own attention plus every subset that read them */
         memcpy(t->dk, t->dK0 + (size_t)l * N * kvd, (size_t)N * kvd * sizeof(float));
         memcpy(t->dv, t->dV0 + (size_t)l * N * kvd, (size_t)N * kvd * sizeof(float));
         memset(t->dq, 0, (size_t)N * qd * sizeof(float));
-        tr_attention_backward(t->dq, t->dk, t->dv, t->dO, A->p, A->q, A->k, A->v, P0->qpos, t->B, P0->nq, T,
+        latent_tr_attention_backward(t->dq, t->dk, t->dv, t->dO, A->p, A->q, A->k, A->v, P0->qpos, t->B, P0->nq, T,
                               c->n_heads, c->n_kv_heads, c->head_dim);
         blk_bwd_qkv(t, l, A, P0, G, t->dq, t->dk, t->dv, NULL);
     }
-    tr_embedding_backward(g->embed, t->dres, t->tok, N, d);
+    latent_tr_embedding_backward(g->embed, t->dres, t->tok, N, d);
     return loss;
 }
 
@@ -859,7 +859,7 @@ int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, late
     for (int i = 0; i < t->N; i++) {
         int32_t a = batch->tokens[i], b = batch->targets[i];
         if (a < 0 || a >= V || b < 0 || b >= V)
-            return latent_err_set(err, "train: token id %d is outside the vocabulary (0..%d)", a < 0 || a >= V ? a : b,
+            return latent_err_set(err, LATENT_E_INVALID, "train: token id %d is outside the vocabulary (0..%d)", a < 0 || a >= V ? a : b,
                                   V - 1);
     }
     memcpy(t->tok, batch->tokens, t->N * sizeof(int32_t));

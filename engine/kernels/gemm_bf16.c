@@ -1,0 +1,223 @@
+/* BF16 matrix products with F32 accumulation over packed weight panels.
+ *
+ * Layout: a weight W (N, K) is cut into panels of 32 output features; a
+ * panel holds K/2 pairs (k even, k odd), and for each pair the 32 features'
+ * two values side by side: [K/2][32][2] bf16 (K padded to even with 0). One
+ * 64-byte load is then 16 features x one k pair, the operand of AVX512-BF16's
+ * vdpbf16ps, which does, per 32-bit lane,
+ *     acc += x[k+1] * w[k+1];  acc += x[k] * w[k]      (products exact)
+ * The AVX-512F and generic paths do the same two fused multiply-adds in the
+ * same order on the same bf16 values, so every path rounds alike (denormal
+ * inputs aside: vdpbf16ps flushes them to zero).
+ *
+ * Reduction order, for batch invariance: each output element sums K in
+ * blocks of KB_PAIRS pairs; within a block one running F32 sum from zero in
+ * k order; the blocks' sums are added to the output in k order. Nothing
+ * depends on the number of rows, a row's place among them, or which thread
+ * runs which panels (threads split panels, never K). */
+#include "kernels/kernels.h"
+#include "hugemem.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KB_PAIRS 128      /* k pairs per block: a 12-row bf16 X slice (6 KiB) and a panel slice (16 KiB) in L1 */
+#define MR_BF16 12        /* rows per micro-tile of the vdpbf16ps path */
+#define MR_F32EMU 8       /* ...of the AVX-512F path (four weight registers per pair) */
+
+size_t latent_gemm_bf16_bytes(int n_panels, int k) { return (size_t)n_panels * ((k + 1) / 2) * GEMM_PANEL * 2 * sizeof(uint16_t); }
+
+int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, int k) {
+    int np = (n + GEMM_PANEL - 1) / GEMM_PANEL, kp = (k + 1) / 2;
+    uint16_t *d = latent_huge_alloc(latent_gemm_bf16_bytes(np, k));
+    if (!d) return -1;
+    for (int pn = 0; pn < np; pn++)
+        for (int q = 0; q < kp; q++) {
+            uint16_t *dst = d + ((size_t)pn * kp + q) * GEMM_PANEL * 2;
+            for (int j = 0; j < GEMM_PANEL; j++) {
+                int row = pn * GEMM_PANEL + j;
+                for (int h = 0; h < 2; h++) {
+                    int kk = 2 * q + h;
+                    dst[2 * j + h] = row < n && kk < k ? latent_f32_to_bf16(w[(size_t)row * k + kk]) : 0;
+                }
+            }
+        }
+    *out = d, *n_panels = np;
+    return 0;
+}
+
+void latent_gemm_bf16_free(uint16_t *panels, int n_panels, int k) {
+    if (panels) latent_huge_free(panels, latent_gemm_bf16_bytes(n_panels, k));
+}
+
+float latent_gemm_bf16_weight(const uint16_t *panels, int k, int row, int col) {
+    int kp = (k + 1) / 2, pn = row / GEMM_PANEL, j = row % GEMM_PANEL;
+    return latent_bf16_to_f32(panels[((size_t)pn * kp + col / 2) * GEMM_PANEL * 2 + 2 * j + col % 2]);
+}
+
+void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k) {
+    int kp2 = (k + 1) / 2 * 2;
+    for (int r = 0; r < m; r++) {
+        uint16_t *d = dst + (size_t)r * kp2;
+        const float *s = x + (size_t)r * k;
+        for (int i = 0; i < k; i++) d[i] = latent_f32_to_bf16(s[i]);
+        if (kp2 > k) d[k] = 0;
+    }
+}
+
+/* ---- generic: plain C over the same layout -------------------------------------------------- */
+
+static inline float bf(uint16_t h) { return latent_bf16_to_f32(h); }
+
+/* One row of X by one panel over pairs [q0, q1): 32 sums from zero. */
+static void generic_block(float acc[GEMM_PANEL], const uint16_t *xr, const uint16_t *panel, int q0, int q1) {
+    for (int j = 0; j < GEMM_PANEL; j++) acc[j] = 0.0f;
+    for (int q = q0; q < q1; q++) {
+        const uint16_t *w = panel + (size_t)q * GEMM_PANEL * 2;
+        float xe = bf(xr[2 * q]), xo = bf(xr[2 * q + 1]);
+        for (int j = 0; j < GEMM_PANEL; j++) {
+            acc[j] = fmaf(xo, bf(w[2 * j + 1]), acc[j]);
+            acc[j] = fmaf(xe, bf(w[2 * j]), acc[j]);
+        }
+    }
+}
+
+static void run_generic(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
+                        int p1) {
+    int kp = (k + 1) / 2;
+    for (int pn = p0; pn < p1; pn++) {
+        const uint16_t *panel = panels + (size_t)pn * kp * GEMM_PANEL * 2;
+        int cols = n - pn * GEMM_PANEL < GEMM_PANEL ? n - pn * GEMM_PANEL : GEMM_PANEL;
+        for (int r = 0; r < m; r++) {
+            float *o = out + (size_t)r * ldo + (size_t)pn * GEMM_PANEL;
+            for (int q0 = 0; q0 < kp; q0 += KB_PAIRS) {
+                float acc[GEMM_PANEL];
+                generic_block(acc, xb + (size_t)r * kp * 2, panel, q0, q0 + KB_PAIRS < kp ? q0 + KB_PAIRS : kp);
+                for (int j = 0; j < cols; j++) o[j] = q0 == 0 ? acc[j] : o[j] + acc[j];
+            }
+        }
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+static inline __mmask16 lane_mask(int cols) { return cols >= 16 ? 0xFFFF : cols <= 0 ? 0 : (__mmask16)((1u << cols) - 1); }
+
+/* Stores (first block) or adds a block's sums: the blocks' fixed order. */
+__attribute__((target("avx512f"), always_inline)) static inline void put(float *o, __m512 a0, __m512 a1, int cols,
+                                                                         int first) {
+    __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
+    if (!first) {
+        a0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), a0);
+        a1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + 16), a1);
+    }
+    _mm512_mask_storeu_ps(o, m0, a0);
+    _mm512_mask_storeu_ps(o + 16, m1, a1);
+}
+
+/* ---- AVX512-BF16: vdpbf16ps ---- */
+
+__attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) static inline void
+dp_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols) {
+    __m512 acc0[MR_BF16], acc1[MR_BF16];
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) acc0[r] = _mm512_setzero_ps(), acc1[r] = _mm512_setzero_ps();
+    const uint16_t *pw = panel + (size_t)q0 * GEMM_PANEL * 2;
+    for (int q = q0; q < q1; q++, pw += GEMM_PANEL * 2) {
+        __m512bh w0 = (__m512bh)_mm512_load_si512((const void *)pw), w1 = (__m512bh)_mm512_load_si512((const void *)(pw + 32));
+#pragma GCC unroll 12
+        for (int r = 0; r < MR; r++) {
+            uint32_t pair;
+            memcpy(&pair, xb + (size_t)r * ldx2 + 2 * q, sizeof pair);
+            __m512bh xv = (__m512bh)_mm512_set1_epi32((int)pair);
+            acc0[r] = _mm512_dpbf16_ps(acc0[r], xv, w0);
+            acc1[r] = _mm512_dpbf16_ps(acc1[r], xv, w1);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; r++) put(out + (size_t)r * ldo, acc0[r], acc1[r], cols, q0 == 0);
+}
+
+#define DP_FN(R)                                                                                                  \
+    __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void dp_##R(                                   \
+        float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols) {    \
+        dp_micro(R, out, ldo, xb, ldx2, panel, q0, q1, cols);                                                    \
+    }
+DP_FN(1) DP_FN(2) DP_FN(3) DP_FN(4) DP_FN(5) DP_FN(6) DP_FN(7) DP_FN(8) DP_FN(9) DP_FN(10) DP_FN(11) DP_FN(12)
+
+/* ---- AVX-512F: the pairs widened to F32 (low half: k even, high half: k odd) ---- */
+
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void
+emu_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols) {
+    __m512 acc0[MR_F32EMU], acc1[MR_F32EMU];
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) acc0[r] = _mm512_setzero_ps(), acc1[r] = _mm512_setzero_ps();
+    const uint16_t *pw = panel + (size_t)q0 * GEMM_PANEL * 2;
+    for (int q = q0; q < q1; q++, pw += GEMM_PANEL * 2) {
+        __m512i w0 = _mm512_load_si512((const void *)pw), w1 = _mm512_load_si512((const void *)(pw + 32));
+        __m512 w0e = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16)), w0o = _mm512_castsi512_ps(_mm512_and_si512(w0, hi_mask));
+        __m512 w1e = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16)), w1o = _mm512_castsi512_ps(_mm512_and_si512(w1, hi_mask));
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            const uint16_t *xp = xb + (size_t)r * ldx2 + 2 * q;
+            __m512 xe = _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)xp[0] << 16)));
+            __m512 xo = _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)xp[1] << 16)));
+            acc0[r] = _mm512_fmadd_ps(xe, w0e, _mm512_fmadd_ps(xo, w0o, acc0[r]));
+            acc1[r] = _mm512_fmadd_ps(xe, w1e, _mm512_fmadd_ps(xo, w1o, acc1[r]));
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) put(out + (size_t)r * ldo, acc0[r], acc1[r], cols, q0 == 0);
+}
+
+#define EMU_FN(R)                                                                                                 \
+    __attribute__((target("avx512f,avx512bw"))) static void emu_##R(float *out, int ldo, const uint16_t *xb,     \
+                                                                     int ldx2, const uint16_t *panel, int q0,    \
+                                                                     int q1, int cols) {                         \
+        emu_micro(R, out, ldo, xb, ldx2, panel, q0, q1, cols);                                                   \
+    }
+EMU_FN(1) EMU_FN(2) EMU_FN(3) EMU_FN(4) EMU_FN(5) EMU_FN(6) EMU_FN(7) EMU_FN(8)
+
+typedef void (*bf16_micro)(float *, int, const uint16_t *, int, const uint16_t *, int, int, int);
+static const bf16_micro dp_micros[MR_BF16] = {dp_1, dp_2, dp_3, dp_4, dp_5, dp_6, dp_7, dp_8, dp_9, dp_10, dp_11, dp_12};
+static const bf16_micro emu_micros[MR_F32EMU] = {emu_1, emu_2, emu_3, emu_4, emu_5, emu_6, emu_7, emu_8};
+
+/* Panels [p0, p1) of every row: for each panel, each K block, each row tile.
+ * A panel's K blocks run in order, so every output element sees the same
+ * sequence of block sums whatever m is. */
+static void run_tiles(const bf16_micro *micros, int mr_max, float *out, int ldo, const uint16_t *xb, int m, int n,
+                      int k, const uint16_t *panels, int p0, int p1) {
+    int kp = (k + 1) / 2;
+    for (int pn = p0; pn < p1; pn++) {
+        const uint16_t *panel = panels + (size_t)pn * kp * GEMM_PANEL * 2;
+        int cols = n - pn * GEMM_PANEL < GEMM_PANEL ? n - pn * GEMM_PANEL : GEMM_PANEL;
+        for (int q0 = 0; q0 < kp; q0 += KB_PAIRS) {
+            int q1 = q0 + KB_PAIRS < kp ? q0 + KB_PAIRS : kp;
+            for (int i = 0; i < m; i += mr_max) {
+                int mr = m - i < mr_max ? m - i : mr_max;
+                micros[mr - 1](out + (size_t)i * ldo + (size_t)pn * GEMM_PANEL, ldo, xb + (size_t)i * kp * 2, kp * 2, panel,
+                               q0, q1, cols);
+            }
+        }
+    }
+}
+#endif
+
+void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
+                          int p1) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    latent_isa isa = latent_isa_active();
+    if (isa >= LATENT_ISA_AVX512BF16) {
+        run_tiles(dp_micros, MR_BF16, out, ldo, xb, m, n, k, panels, p0, p1);
+        return;
+    }
+    if (isa >= LATENT_ISA_AVX512) {
+        run_tiles(emu_micros, MR_F32EMU, out, ldo, xb, m, n, k, panels, p0, p1);
+        return;
+    }
+#endif
+    run_generic(out, ldo, xb, m, n, k, panels, p0, p1);
+}

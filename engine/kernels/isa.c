@@ -1,0 +1,94 @@
+/* Which instruction set the kernels use, decided at run time: what cpuid
+ * says the CPU has, what XCR0 says the OS saves on a context switch, the
+ * kernel's permission for AMX tile data, and the LATENT_ISA cap. One binary,
+ * built for the x86-64 baseline, runs the best path each machine allows. */
+#include "kernels/kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static unsigned long long xcr0(void) {
+    unsigned int lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+
+static int amx_permitted = -1;
+
+static latent_isa detect(void) {
+    unsigned int a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return LATENT_ISA_GENERIC;
+    int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1;
+    if (!osxsave) return LATENT_ISA_GENERIC;
+    unsigned long long x = xcr0();
+    if ((x & 0x6) != 0x6) return LATENT_ISA_GENERIC; /* the OS saves no YMM state */
+    unsigned int b7 = 0, c7 = 0, d7 = 0, a71 = 0, t;
+    __cpuid_count(7, 0, t, b7, c7, d7);
+    __cpuid_count(7, 1, a71, t, t, t);
+    (void)c7;
+    int avx2 = (b7 >> 5) & 1, avx512f = (b7 >> 16) & 1, avx512bw = (b7 >> 30) & 1;
+    int avx512bf16 = (a71 >> 5) & 1, amx_bf16 = (d7 >> 22) & 1, amx_tile = (d7 >> 24) & 1;
+    if (!(avx2 && fma)) return LATENT_ISA_GENERIC;
+    if (!(avx512f && avx512bw) || (x & 0xE0) != 0xE0) return LATENT_ISA_AVX2; /* no ZMM state saved */
+    if (!avx512bf16) return LATENT_ISA_AVX512;
+    if (!(amx_bf16 && amx_tile) || (x & 0x60000) != 0x60000) return LATENT_ISA_AVX512BF16;
+    /* Tile data needs the kernel's permission (Linux 5.16+); without it the
+     * first tile instruction would kill the process. */
+    amx_permitted = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    return amx_permitted ? LATENT_ISA_AMX : LATENT_ISA_AVX512BF16;
+}
+#else
+static int amx_permitted = 0;
+static latent_isa detect(void) { return LATENT_ISA_GENERIC; }
+#endif
+
+static const char *const names[] = {"generic", "avx2", "avx512", "avx512bf16", "amx"};
+
+const char *latent_isa_name(latent_isa isa) {
+    return isa >= LATENT_ISA_GENERIC && isa <= LATENT_ISA_AMX ? names[isa] : "unknown";
+}
+
+int latent_isa_parse(const char *s, latent_isa *out) {
+    for (int i = 0; i <= LATENT_ISA_AMX; i++)
+        if (!strcmp(s, names[i])) {
+            *out = (latent_isa)i;
+            return 0;
+        }
+    return -1;
+}
+
+static latent_isa detected = (latent_isa)-1, active = (latent_isa)-1;
+
+latent_isa latent_isa_detected(void) {
+    if ((int)detected < 0) detected = detect();
+    return detected;
+}
+
+int latent_isa_amx_refused(void) { return latent_isa_detected() >= LATENT_ISA_AVX512BF16 && amx_permitted == 0; }
+
+latent_isa latent_isa_active(void) {
+    if ((int)active < 0) {
+        latent_isa cap = LATENT_ISA_AMX;
+        const char *env = getenv("LATENT_ISA");
+        if (env && *env && latent_isa_parse(env, &cap) != 0)
+            fprintf(stderr, "latent: LATENT_ISA=%s is not one of generic, avx2, avx512, avx512bf16, amx; ignored\n", env);
+        latent_isa d = latent_isa_detected();
+        active = cap < d ? cap : d;
+    }
+    return active;
+}
+
+latent_isa latent_isa_set(latent_isa isa) {
+    latent_isa d = latent_isa_detected();
+    active = isa < d ? isa : d;
+    return active;
+}

@@ -1,0 +1,171 @@
+/* The engine's numeric kernels (private to libengine): matrix products
+ * (OpenBLAS or the packed AVX-512 kernel), RMSNorm, RoPE, SwiGLU, softmax,
+ * and causal attention over paged KV caches. Inference (engine.c) and the
+ * trainer (engine/train/) call them; nothing outside libengine does. */
+#ifndef LATENT_KERNELS_H
+#define LATENT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "latent/config.h"
+#include "latent/kv.h"
+
+/* ---- matrix products and elementwise ops ---- */
+
+/* out (n, out_dim) = x (n, in_dim) W^T, W (out_dim, in_dim). sgemv when n == 1;
+ * output features split over the engine threads (threads.h). */
+void latent_matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim);
+
+/* A weight matrix prepared for inference: on CPUs with AVX-512 it is
+ * repacked once into the engine's own kernel layout (a second copy of the
+ * weights; the original stays for training and lookups), else products go
+ * through BLAS on the original. */
+typedef struct latent_linear {
+    const float *w;       /* (out_dim, in_dim), not owned */
+    int out_dim, in_dim;
+    void *packed;         /* owned: F32 panels, or bf16 panels when bf16; NULL when BLAS is used */
+    int n_panels;
+    int bf16;             /* products in bf16 (weights and inputs rounded), F32 sums */
+} latent_linear;
+
+int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim);
+/* The same matrix held in bf16 panels (latent_gemm_bf16_*), on every ISA. */
+int latent_linear_init_bf16(latent_linear *l, const float *w, int out_dim, int in_dim);
+/* Row `row` of W as F32 (bf16 values under bf16): embedding lookups from a
+ * tied LM head without an F32 copy. */
+void latent_linear_row(const latent_linear *l, int row, float *out);
+void latent_linear_free(latent_linear *l);
+/* out (n, out_dim) = x (n, in_dim) W^T */
+void latent_linear_forward(float *out, const float *x, const latent_linear *l, int n);
+/* Several products of the same x in one parallel section (q, k, v; gate, up):
+ * outs[i] (n, ls[i]->out_dim) = x ls[i]^T. */
+void latent_linear_forward_multi(float *const *outs, const latent_linear *const *ls, int n_ls, const float *x, int n);
+
+/* out = x / sqrt(mean(x^2) + eps) * weight, per row; sums in double. */
+void latent_rmsnorm_forward(float *out, const float *x, const float *weight, int n, int dim, float eps);
+
+/* RoPE in HF's rotate_half layout: pairs (j, j + head_dim/2) rotated by the
+ * angle pos * theta^(-2j/head_dim). rope_tables fills cos/sin (head_dim/2
+ * each) for one position, once per row and step; rope_forward rotates, in
+ * place, n_heads heads of one row with them. */
+void latent_rope_tables(float *cos_out, float *sin_out, int head_dim, int pos, float theta);
+void latent_rope_forward(float *x, int n_heads, int head_dim, const float *cos_t, const float *sin_t);
+
+/* out (n, ffn) = silu(g) * u. */
+void latent_swiglu_forward(float *out, const float *g, const float *u, size_t n);
+
+/* In-place softmax of x[0..n); max-subtracted, sum in double. */
+void latent_softmax_forward(float *x, int n);
+
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + __builtin_expf(-x)); }
+
+
+/* ---- instruction sets, chosen at run time ---- */
+
+/* Ordered: each level has everything the ones before it have. */
+typedef enum {
+    LATENT_ISA_GENERIC = 0, /* x86-64 baseline (or not x86) */
+    LATENT_ISA_AVX2,        /* AVX2 + FMA */
+    LATENT_ISA_AVX512,      /* AVX-512 F + BW, ZMM state saved by the OS */
+    LATENT_ISA_AVX512BF16,  /* + AVX512_BF16 (vdpbf16ps) */
+    LATENT_ISA_AMX          /* + AMX-BF16 tiles, permitted by the kernel (kernels: the avx512bf16 ones) */
+} latent_isa;
+
+/* The best level this machine and OS allow (asks for AMX permission once). */
+latent_isa latent_isa_detected(void);
+/* The level the kernels use: detected, capped by LATENT_ISA (read once). */
+latent_isa latent_isa_active(void);
+/* Tests: sets the active level (capped by what is detected); returns it.
+ * Engines and matrices prepared afterwards use it. */
+latent_isa latent_isa_set(latent_isa isa);
+const char *latent_isa_name(latent_isa isa);
+int latent_isa_parse(const char *s, latent_isa *out);   /* 0, or -1 for an unknown name */
+/* 1 when the CPU has AMX but the kernel refused the tile-data permission. */
+int latent_isa_amx_refused(void);
+
+/* ---- bf16 numbers ---- */
+
+/* Round to nearest even; NaN stays NaN (quietened). */
+static inline uint16_t latent_f32_to_bf16(float f) {
+    uint32_t u;
+    __builtin_memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+static inline float latent_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    __builtin_memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* ---- the packed matrix kernel ---- */
+
+#define GEMM_PANEL 32
+
+typedef struct gemm_packed {
+    float *data;      /* (n_panels, k, GEMM_PANEL), huge-page aligned; owned */
+    int n, k, n_panels;
+} gemm_packed;
+
+/* 1 when this CPU runs the packed kernel (AVX-512F); otherwise use BLAS. */
+int latent_gemm_available(void);
+/* Bytes of n_panels panels over k (their memory comes from huge_alloc). */
+size_t latent_gemm_packed_bytes(int n_panels, int k);
+/* Packs W (n, k); -1 when out of memory. */
+int latent_gemm_pack(gemm_packed *p, const float *w, int n, int k);
+void latent_gemm_packed_free(gemm_packed *p);
+/* out[:, p0*32 .. min(p1*32, n)) = X (m, k) W^T for panels [p0, p1);
+ * out has row stride ldo, X row stride k. */
+void latent_gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1);
+
+/* BF16 panels: W (n, k) as [k/2][32][2] bf16 per 32-feature panel (see
+ * gemm_bf16.c for the layout and the fixed reduction order). */
+size_t latent_gemm_bf16_bytes(int n_panels, int k);
+int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, int k);
+void latent_gemm_bf16_free(uint16_t *panels, int n_panels, int k);
+float latent_gemm_bf16_weight(const uint16_t *panels, int k, int row, int col);
+/* X (m, k) F32 -> bf16 rows of even length (k rounded up, padded with 0). */
+void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k);
+/* out[:, p0*32 .. min(p1*32, n)) = Xb (m, k) W^T for panels [p0, p1), Xb from
+ * latent_bf16_round_rows; the path follows latent_isa_active(). */
+void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
+                          int p1);
+
+/* ---- attention ---- */
+
+/* One token row of a step: where its k, v go and what it attends to. */
+typedef struct row_meta {
+    latent_seq *seq;
+    int pos;          /* 0-based position in its sequence */
+    int entry;        /* index of its batch entry */
+    int row;          /* index in the step's row layout (its RoPE tables) */
+    uint8_t flow;     /* 2 recurrent, 1 not */
+} row_meta;
+
+typedef struct attn_item_buf attn_item_buf;
+typedef struct attn_scratch {
+    float *buf;       /* (threads, per_thread) */
+    size_t per_thread;
+    size_t rowp_offset;   /* floats into a thread's slot where its row pointers start */
+    int threads, ctx; /* sized for this many threads and context length */
+    float *parts;     /* partial results of rows split over key ranges */
+    struct attn_item_buf *items; size_t items_cap; /* work items of big steps */
+    size_t parts_cap; /* floats */
+} attn_scratch;
+
+/* Grows the scratch for contexts up to ctx tokens; -1 when out of memory. */
+/* Sized for contexts up to ctx, steps of `rows` rows and the current thread
+ * count; -1 when out of memory (the scratch is then as it was, or bigger). */
+int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx, int rows);
+void latent_attn_scratch_free(attn_scratch *s);
+
+/* att (n, q_dim) = softmax(q k^T / sqrt(head_dim) + causal) v for n rows whose
+ * k, v (of `layer`) are already in their sequences' pages. Runs of rows from
+ * one sequence use sgemm over the gathered keys; single rows read the pages
+ * directly. Work is spread over the engine threads. */
+void latent_attention_forward(float *att, const float *q, const row_meta *rows, int n, int layer,
+                       const latent_config *c, attn_scratch *s);
+
+#endif

@@ -1,0 +1,134 @@
+/* The bf16 matrix kernels on every instruction-set path this machine has:
+ * against a double-precision product of the same bf16-rounded inputs, equal
+ * across paths, and batch invariant (a row's bits do not depend on how many
+ * rows share the call or where it sits among them). Also the bf16 rounding
+ * itself and the bf16 KV pages' store and load. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "latent/kv.h"
+#include "latent/threads.h"
+#include "testutil.h"
+
+static uint64_t rs = 88172645463325252ULL;
+static float frand(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void test_rounding(void) {
+    CHECK(latent_f32_to_bf16(1.0f) == 0x3f80, "1.0");
+    CHECK(latent_bf16_to_f32(latent_f32_to_bf16(-2.5f)) == -2.5f, "-2.5 is exact");
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0) */
+    CHECK(latent_f32_to_bf16(1.00390625f) == 0x3f80, "tie to even down");
+    /* 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: up to the even one */
+    CHECK(latent_f32_to_bf16(1.01171875f) == 0x3f82, "tie to even up");
+    CHECK(latent_f32_to_bf16(1.0f + 1.0f / 128 + 1e-4f) == 0x3f81, "nearest");
+    float inf = 1.0f / 0.0f, nan = inf - inf;
+    CHECK(latent_bf16_to_f32(latent_f32_to_bf16(inf)) == inf, "inf stays inf");
+    float back = latent_bf16_to_f32(latent_f32_to_bf16(nan));
+    CHECK(back != back, "NaN stays NaN");
+    CHECK(latent_bf16_to_f32(latent_f32_to_bf16(3.3895314e38f)) == 3.3895314e38f, "largest bf16 is exact");
+}
+
+/* out = Xb W^T in double from the same bf16 values the kernel sees. */
+static void reference(double *out, const float *x, const float *w, int m, int n, int k) {
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int i = 0; i < k; i++)
+                s += (double)latent_bf16_to_f32(latent_f32_to_bf16(x[(size_t)r * k + i])) *
+                     latent_bf16_to_f32(latent_f32_to_bf16(w[(size_t)j * k + i]));
+            out[(size_t)r * n + j] = s;
+        }
+}
+
+static void test_products(latent_isa isa, float *results[], int which) {
+    static const int shapes[][3] = {{1, 45, 17}, {3, 64, 576}, {13, 100, 257}, {40, 33, 300}};
+    rs = 88172645463325252ULL; /* the same inputs on every path */
+    for (int si = 0; si < 4; si++) {
+        int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+        float *x = malloc(sizeof(float) * m * k), *w = malloc(sizeof(float) * n * k), *y = malloc(sizeof(float) * m * n);
+        float *y1 = malloc(sizeof(float) * n);
+        double *ref = malloc(sizeof(double) * m * n);
+        for (int i = 0; i < m * k; i++) x[i] = frand();
+        for (int i = 0; i < n * k; i++) w[i] = frand() * 0.5f;
+        latent_linear l;
+        CHECK(latent_linear_init_bf16(&l, w, n, k) == 0, "bf16 pack");
+        latent_linear_forward(y, x, &l, m);
+        reference(ref, x, w, m, n, k);
+        double worst = 0;
+        for (int i = 0; i < m * n; i++) {
+            double e = (y[i] - ref[i]) / (1.0 + (ref[i] < 0 ? -ref[i] : ref[i]));
+            if (e < 0) e = -e;
+            if (e > worst) worst = e;
+        }
+        /* F32 sums of k exact products: a few ulps of the running sum per term */
+        CHECK(worst < 1e-5 * k / 64 + 1e-6, "%s: %dx%dx%d bf16 product error %g", latent_isa_name(isa), m, n, k, worst);
+        /* batch invariance: each row alone gives the same bits as among m */
+        int same = 1;
+        for (int r = 0; r < m; r++) {
+            latent_linear_forward(y1, x + (size_t)r * k, &l, 1);
+            same &= memcmp(y1, y + (size_t)r * n, sizeof(float) * n) == 0;
+        }
+        CHECK(same, "%s: %dx%dx%d a row alone differs from the same row among %d", latent_isa_name(isa), m, n, k, m);
+        /* the embedding lookup from the panels gives the rounded row */
+        float row[600];
+        latent_linear_row(&l, n - 1, row);
+        int rows_ok = 1;
+        for (int i = 0; i < k; i++) rows_ok &= row[i] == latent_bf16_to_f32(latent_f32_to_bf16(w[(size_t)(n - 1) * k + i]));
+        CHECK(rows_ok, "%s: latent_linear_row of bf16 panels", latent_isa_name(isa));
+        if (si == 3) results[which] = y, y = NULL;
+        latent_linear_free(&l);
+        free(x), free(w), free(y), free(y1), free(ref);
+    }
+}
+
+static void test_kv_pages(void) {
+    latent_config c = {0};
+    c.d = 32, c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 16, c.vocab = 8, c.max_pos = 64;
+    CHECK(latent_kv_page_bytes(&c, 16, LATENT_KV_BF16) * 2 == latent_kv_page_bytes(&c, 16, LATENT_KV_F32),
+          "a bf16 page takes half the bytes");
+    latent_kv_pool p;
+    latent_err err;
+    CHECK(latent_kv_pool_init(&p, &c, 16, latent_kv_page_bytes(&c, 16, LATENT_KV_BF16) * 3, LATENT_KV_BF16, &err) == 0 &&
+              p.n_pages == 3,
+          "bf16 pool of 3 pages");
+    float src[16], dst[16];
+    for (int i = 0; i < 16; i++) src[i] = frand();
+    void *row = latent_kv_at(&p, p.k, 2, 1, 15);
+    latent_kv_store(&p, row, 0, src, 16);
+    latent_kv_load(&p, row, 0, dst, 16);
+    int ok = 1;
+    for (int i = 0; i < 16; i++) ok &= dst[i] == latent_bf16_to_f32(latent_f32_to_bf16(src[i]));
+    CHECK(ok, "bf16 page row round trip is the rounded row");
+    latent_kv_pool_free(&p);
+}
+
+int main(void) {
+    test_rounding();
+    test_kv_pages();
+    latent_isa top = latent_isa_detected();
+    float *results[LATENT_ISA_AMX + 1] = {0};
+    for (int t = 1; t <= 2; t++) {
+        latent_set_threads(t);
+        for (int i = LATENT_ISA_GENERIC; i <= (int)top; i++) {
+            latent_isa isa = latent_isa_set((latent_isa)i);
+            test_products(isa, results, i);
+        }
+        /* every path rounds alike: the same bits (no denormals in these inputs) */
+        for (int i = LATENT_ISA_GENERIC + 1; i <= (int)top; i++)
+            CHECK(results[i] && results[0] && memcmp(results[i], results[0], sizeof(float) * 40 * 33) == 0,
+                  "%d threads: path %s differs from generic", t, latent_isa_name((latent_isa)i));
+        for (int i = 0; i <= (int)top; i++) free(results[i]), results[i] = NULL;
+    }
+    printf("bf16 kernels tested on:");
+    for (int i = LATENT_ISA_GENERIC; i <= (int)top; i++) printf(" %s", latent_isa_name((latent_isa)i));
+    printf("; skipped (not on this machine):");
+    for (int i = (int)top + 1; i <= LATENT_ISA_AMX; i++) printf(" %s", latent_isa_name((latent_isa)i));
+    printf("\n");
+    return tu_finish("test_bf16");
+}
