@@ -152,8 +152,10 @@ static int ml_open_sources(ml_sources *s, const char *dir, latent_err *err) {
     return 0;
 }
 
-/* Fills every parameter of m->w from the sources. */
+/* Fills every parameter of m->w from the sources; returns how many are used
+ * in place from the mappings (F32 tensors), or -1. */
 static int ml_fill(latent_model *m, const ml_sources *s, latent_err *err) {
+    int in_place = 0; /* tensors read from the mappings directly */
     latent_weights *w = &m->w;
     for (int i = 0; i < w->n_params; i++) {
         const latent_param *p = &w->params[i];
@@ -181,6 +183,7 @@ static int ml_fill(latent_model *m, const ml_sources *s, latent_err *err) {
         if (t->dtype == ST_F32 && (uintptr_t)t->data % sizeof(float) == 0) {
             /* Already the compute type: use it in place from the mapping. */
             *p->slot = (float *)t->data;
+            in_place++;
         } else {
             latent_st_to_f32(*p->slot, t->data, t->dtype, (size_t)p->numel);
         }
@@ -198,7 +201,7 @@ static int ml_fill(latent_model *m, const ml_sources *s, latent_err *err) {
                                       f->path, name);
         }
     }
-    return 0;
+    return in_place;
 }
 
 int latent_model_load(latent_model *m, const char *dir, latent_err *err) {
@@ -215,16 +218,19 @@ int latent_model_load(latent_model *m, const char *dir, latent_err *err) {
     if (latent_config_load(cfg_path, &m->cfg, err) < 0) goto out;
     if (latent_weights_alloc(&m->w, &m->cfg, err) < 0) goto out;
     if (ml_open_sources(&src, dir, err) < 0) goto out;
-    if (ml_fill(m, &src, err) < 0) goto out;
+    int in_place = ml_fill(m, &src, err);
+    if (in_place < 0) goto out;
     latent_weights_link(&m->w, &m->cfg);
-    /* F32 tensors point into the mappings: they live as long as the model. */
-    m->mapped = malloc(sizeof src);
-    if (!m->mapped) {
-        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
-        goto out;
-    }
-    memcpy(m->mapped, &src, sizeof src);
-    memset(&src, 0, sizeof src);
+    if (in_place > 0) {
+        /* F32 tensors point into the mappings: they live as long as the model. */
+        m->mapped = malloc(sizeof src);
+        if (!m->mapped) {
+            latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
+            goto out;
+        }
+        memcpy(m->mapped, &src, sizeof src);
+        memset(&src, 0, sizeof src);
+    } /* else every tensor was converted (BF16, F16): the files are unmapped below */
     if (ml_is_file(tok_path)) {
         m->tok = latent_tokenizer_load(tok_path, err);
         if (!m->tok) goto out;
