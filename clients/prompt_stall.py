@@ -44,7 +44,7 @@ def stream_loop(host, port, stop, gaps, max_tokens, errors):
                 continue
             last = None
             while True:
-                line = r.fp.readline()
+                line = r.readline()  # de-chunked; b"" at the end of the response
                 if not line:
                     break
                 if line.startswith(b"data: {"):

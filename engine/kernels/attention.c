@@ -85,21 +85,32 @@ static inline void axpy(float *y, float a, const float *x, int n) {
 
 #ifdef LATENT_HAVE_AVX512_CODE
 
+/* 16 values of a cached row from element e: F32 as stored, or bf16 widened
+ * to F32 on the fly (exact, so the same bits as reading a widened copy). */
+AVX512_FN static inline __m512 load_row16(const void *row, int e, int bf16) {
+    if (bf16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e))), 16));
+    return _mm512_loadu_ps((const float *)row + e);
+}
+
 /* scores[g * len + i] = scale * q_g . k_i for the group's q heads; hd % 16 == 0. */
-AVX512_FN static void row_scores(float *scores, int len, const float *q0, int group, int hd, const float *const *krows,
-                       const float *const *vrows, float scale) {
+AVX512_FN __attribute__((always_inline)) static inline void
+row_scores_t(float *scores, int len, const float *q0, int group, int hd, const void *const *krows,
+             const void *const *vrows, float scale, int bf16) {
+    size_t es = bf16 ? 2 : 4;
     for (int i = 0; i < len; i++) {
-        const float *k = krows[i];
+        const void *k = krows[i];
         /* The rows are scattered over pages and strided inside them, beyond
          * what the hardware prefetcher follows: fetch keys a few rows ahead,
          * and each value row one pass before row_values reads it. */
         if (i + 8 < len)
-            for (int e = 0; e < hd; e += 16) _mm_prefetch((const char *)(krows[i + 8] + e), _MM_HINT_T0);
-        for (int e = 0; e < hd; e += 16) _mm_prefetch((const char *)(vrows[i] + e), _MM_HINT_T1);
+            for (int e = 0; e < hd; e += 16) _mm_prefetch((const char *)krows[i + 8] + e * es, _MM_HINT_T0);
+        for (int e = 0; e < hd; e += 16) _mm_prefetch((const char *)vrows[i] + e * es, _MM_HINT_T1);
         for (int g = 0; g < group; g++) {
             const float *qg = q0 + (size_t)g * hd;
-            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qg), _mm512_loadu_ps(k));
-            for (int e = 16; e < hd; e += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(qg + e), _mm512_loadu_ps(k + e), a);
+            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qg), load_row16(k, 0, bf16));
+            for (int e = 16; e < hd; e += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(qg + e), load_row16(k, e, bf16), a);
             scores[(size_t)g * len + i] = _mm512_reduce_add_ps(a) * scale;
         }
     }
@@ -107,14 +118,15 @@ AVX512_FN static void row_scores(float *scores, int len, const float *q0, int gr
 
 /* out_g = sum_i p[g * len + i] v_i, 16 features of up to four heads at a
  * time, the sums kept in registers; hd % 16 == 0. */
-AVX512_FN static void row_values(float *out0, const float *p, int len, int group, int hd, const float *const *vrows) {
+AVX512_FN __attribute__((always_inline)) static inline void
+row_values_t(float *out0, const float *p, int len, int group, int hd, const void *const *vrows, int bf16) {
     for (int g0 = 0; g0 < group; g0 += 4) {
         int gn = group - g0 < 4 ? group - g0 : 4;
         const float *p0 = p + (size_t)g0 * len, *p1 = p0 + len, *p2 = p1 + len, *p3 = p2 + len;
         for (int e = 0; e < hd; e += 16) {
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int i = 0; i < len; i++) {
-                __m512 v = _mm512_loadu_ps(vrows[i] + e);
+                __m512 v = load_row16(vrows[i], e, bf16);
                 a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[i]), v, a0);
                 if (gn > 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(p1[i]), v, a1);
                 if (gn > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(p2[i]), v, a2);
@@ -127,6 +139,18 @@ AVX512_FN static void row_values(float *out0, const float *p, int len, int group
             if (gn > 3) _mm512_storeu_ps(o + 3 * hd, a3);
         }
     }
+}
+
+AVX512_FN static void row_scores(float *scores, int len, const float *q0, int group, int hd, const void *const *krows,
+                                 const void *const *vrows, float scale, int bf16) {
+    if (bf16) row_scores_t(scores, len, q0, group, hd, krows, vrows, scale, 1);
+    else row_scores_t(scores, len, q0, group, hd, krows, vrows, scale, 0);
+}
+
+AVX512_FN static void row_values(float *out0, const float *p, int len, int group, int hd, const void *const *vrows,
+                                 int bf16) {
+    if (bf16) row_values_t(out0, p, len, group, hd, vrows, 1);
+    else row_values_t(out0, p, len, group, hd, vrows, 0);
 }
 #endif
 
@@ -145,17 +169,22 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
     const latent_kv_pool *pool = s->pool;
     int P = pool->page_tokens, t0 = it->t0, t1 = it->t1 ? it->t1 : j->rows[r].pos + 1, len = t1 - t0;
     const float *q0 = j->q + (size_t)r * qd + (size_t)it->kvh * group * hd;
-    const float **krows = rowp, **vrows = rowp + len;
+    const void **krows = (const void **)rowp, **vrows = (const void **)rowp + len;
+#ifdef LATENT_HAVE_AVX512_CODE
+    int fast = hd % 16 == 0 && latent_isa_active() >= LATENT_ISA_AVX512;
+#else
+    int fast = 0;
+#endif
+    int bf16 = pool->dtype == LATENT_KV_BF16;
     for (int t = t0; t < t1; t++) {
         const void *kr = latent_kv_at(pool, pool->k, s->pages[t / P], j->layer, t % P);
         const void *vr = latent_kv_at(pool, pool->v, s->pages[t / P], j->layer, t % P);
-        if (pool->dtype == LATENT_KV_F32) {
-            krows[t - t0] = (const float *)kr + it->kvh * hd;
-            vrows[t - t0] = (const float *)vr + it->kvh * hd;
+        if (fast || !bf16) { /* read in place (the AVX-512 kernels widen bf16 as they load) */
+            krows[t - t0] = (const char *)kr + (size_t)it->kvh * hd * pool->elem_bytes;
+            vrows[t - t0] = (const char *)vr + (size_t)it->kvh * hd * pool->elem_bytes;
             continue;
         }
-        /* bf16 pages: this row's keys and values widened once into the
-         * thread's gather buffers, then read as F32 rows */
+        /* generic path, bf16 pages: the row widened once into the thread's gather buffers */
         float *kd = kbuf + (size_t)(t - t0) * hd, *vd = vbuf + (size_t)(t - t0) * hd;
         latent_kv_load(pool, kr, it->kvh * hd, kd, hd);
         latent_kv_load(pool, vr, it->kvh * hd, vd, hd);
@@ -163,19 +192,14 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
     }
     float *out0 = it->part >= 0 ? j->parts + (size_t)it->part * group * (hd + 2)
                                 : j->att + (size_t)r * qd + (size_t)it->kvh * group * hd;
-#ifdef LATENT_HAVE_AVX512_CODE
-    int fast = hd % 16 == 0 && latent_isa_active() >= LATENT_ISA_AVX512;
-#else
-    int fast = 0;
-#endif
     /* scores (group, len), then their exponentials, then the weighted values */
     if (fast) {
 #ifdef LATENT_HAVE_AVX512_CODE
-        row_scores(scores, len, q0, group, hd, krows, vrows, scale);
+        row_scores(scores, len, q0, group, hd, krows, vrows, scale, bf16);
 #endif
     } else {
         for (int t = 0; t < len; t++)
-            for (int g = 0; g < group; g++) scores[(size_t)g * len + t] = dot(q0 + (size_t)g * hd, krows[t], hd) * scale;
+            for (int g = 0; g < group; g++) scores[(size_t)g * len + t] = dot(q0 + (size_t)g * hd, (const float *)krows[t], hd) * scale;
     }
     float mx[group], sum[group];
     for (int g = 0; g < group; g++) {
@@ -185,12 +209,12 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
     }
     if (fast) {
 #ifdef LATENT_HAVE_AVX512_CODE
-        row_values(out0, scores, len, group, hd, vrows);
+        row_values(out0, scores, len, group, hd, vrows, bf16);
 #endif
     } else {
         memset(out0, 0, (size_t)group * hd * sizeof(float));
         for (int t = 0; t < len; t++)
-            for (int g = 0; g < group; g++) axpy(out0 + (size_t)g * hd, scores[(size_t)g * len + t], vrows[t], hd);
+            for (int g = 0; g < group; g++) axpy(out0 + (size_t)g * hd, scores[(size_t)g * len + t], (const float *)vrows[t], hd);
     }
     if (it->part >= 0) {
         for (int g = 0; g < group; g++) out0[(size_t)group * hd + 2 * g] = mx[g], out0[(size_t)group * hd + 2 * g + 1] = sum[g];

@@ -56,12 +56,37 @@ float latent_gemm_bf16_weight(const uint16_t *panels, int k, int row, int col) {
     return latent_bf16_to_f32(panels[((size_t)pn * kp + col / 2) * GEMM_PANEL * 2 + 2 * j + col % 2]);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* 16 floats at a time, exactly latent_f32_to_bf16 (nearest even, NaN quietened). */
+__attribute__((target("avx512f,avx512bw"))) static int round_row_avx512(uint16_t *d, const float *s, int k) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+    int i = 0;
+    for (; i + 16 <= k; i += 16) {
+        __m512i u = _mm512_castps_si512(_mm512_loadu_ps(s + i));
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
+        _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
+    }
+    return i;
+}
+#endif
+
 void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k) {
     int kp2 = (k + 1) / 2 * 2;
+#if defined(__x86_64__) && defined(__GNUC__)
+    int wide = latent_isa_active() >= LATENT_ISA_AVX512;
+#endif
     for (int r = 0; r < m; r++) {
         uint16_t *d = dst + (size_t)r * kp2;
         const float *s = x + (size_t)r * k;
-        for (int i = 0; i < k; i++) d[i] = latent_f32_to_bf16(s[i]);
+        int i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (wide) i = round_row_avx512(d, s, k);
+#endif
+        for (; i < k; i++) d[i] = latent_f32_to_bf16(s[i]);
         if (kp2 > k) d[k] = 0;
     }
 }
