@@ -64,6 +64,10 @@ static const opt opts[] = {
      "SSE keep-alive comment interval while a stream waits in the queue"},
     {"prefix-cache", OPT_INT, O(prefix_cache), "64", 0, 1 << 16, NULL, "N", "finished sequences kept for prefix reuse (0 = off)"},
     {"retry-after", OPT_INT, O(retry_after), "1", 0, 3600, NULL, "S", "Retry-After seconds on 429 and 503"},
+    {"max-sequences-per-client", OPT_INT, O(max_sequences_per_client), "64", 0, 1 << 20, NULL, "N",
+     "sequences one client (API key, else address) may have running or queued; 429 past it (0 = no limit)"},
+    {"trust-forwarded-for", OPT_INT, O(trust_forwarded_for), "0", 0, 1, NULL, "0|1",
+     "1 behind a proxy that sets X-Forwarded-For: its last entry is the client's address"},
 };
 #undef O
 #define N_OPTS (int)(sizeof opts / sizeof opts[0])

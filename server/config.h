@@ -43,6 +43,8 @@ typedef struct srv_config {
     double keepalive_seconds; /* --keepalive-seconds: SSE comment interval while queued */
     int prefix_cache;         /* --prefix-cache: finished sequences kept for prefix reuse (0 = off) */
     int retry_after;          /* --retry-after: seconds in 429/503 Retry-After */
+    int max_sequences_per_client; /* --max-sequences-per-client (0 = no limit) */
+    int trust_forwarded_for;  /* --trust-forwarded-for: client address from X-Forwarded-For */
 } srv_config;
 
 /* Fills defaults, reads --config FILE if given, applies the flags. Returns 0,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -25,6 +26,7 @@ static uint64_t random_seed(void) {
 
 static void gen_free(srv_gen *g) {
     if (!g) return;
+    if (g->quota_held) srv_quota_release(&g->x->quota, g->client, g->quota_held);
     for (int i = 0; i < g->n_choices; i++) {
         srv_choice *ch = &g->choices[i];
         if (ch->sess) srv_sched_release(g->x->sched, ch->sess);
@@ -292,6 +294,29 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
     if (prepare(x, g, &e) != 0 || tokenize_all(x, g, &e) != 0 || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
 }
 
+/* Who a request counts against: its API key (hashed: keys are not kept),
+ * else the last X-Forwarded-For entry from a trusted proxy, else the peer. */
+static void client_identity(srv_ctx *x, srv_conn *c, char *out, size_t cap) {
+    const char *auth = srv_conn_header(c, "Authorization");
+    if (x->cfg.api_keys.n && auth && !strncasecmp(auth, "Bearer ", 7)) {
+        uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+        for (const unsigned char *p = (const unsigned char *)auth + 7; *p; p++) h = (h ^ *p) * 1099511628211ULL;
+        snprintf(out, cap, "key:%016llx", (unsigned long long)h);
+        return;
+    }
+    const char *xff = x->cfg.trust_forwarded_for ? srv_conn_header(c, "X-Forwarded-For") : NULL;
+    if (xff && *xff) {
+        const char *last = strrchr(xff, ',');
+        last = last ? last + 1 : xff;
+        while (*last == ' ') last++;
+        snprintf(out, cap, "addr:%.60s", last);
+        return;
+    }
+    char peer[64];
+    srv_conn_peer(c, peer, sizeof peer);
+    snprintf(out, cap, "addr:%s", peer);
+}
+
 /* Lengths, sessions (choices 2..n of a prompt fork its state), submission,
  * then the stream's start or a wait for the whole body. */
 static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e) {
@@ -301,6 +326,15 @@ static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e) {
         if (plan_length(x, g, i, prompt_lp ? 1 : n, &mt[i], e) != 0) return -1;
         g->prompt_tokens += g->n_ids[i];
     }
+    client_identity(x, g->conn, g->client, sizeof g->client);
+    int held;
+    if (srv_quota_acquire(&x->quota, g->client, g->n_prompts * n, x->cfg.max_sequences_per_client, &held) != 0) {
+        srv_metrics_add(&x->metrics, SRV_C_REJECTED, 1);
+        return srv_error_set(e, SRV_ERR_OVERLOADED, NULL,
+                             "this client already has %d sequence(s) running or queued; %d more would pass its limit of %d",
+                             held, g->n_prompts * n, x->cfg.max_sequences_per_client);
+    }
+    g->quota_held = g->n_prompts * n;
     uint64_t seed = g->req.has_seed ? g->req.seed : random_seed();
     g->n_choices = g->n_prompts * n;
     for (int i = 0; i < g->n_choices; i++) {

@@ -57,6 +57,8 @@ struct srv_gen {
     int tok_rc;
     srv_error tok_err;
     int close_pending;        /* the connection closed while tokenizing: free when done */
+    char client[SRV_CLIENT_KEY_LEN]; /* who it counts against (client_quota.h) */
+    int quota_held;           /* sequences it holds of that client's quota */
     srv_buf events;           /* streaming: SSE events built token by token, not yet written */
     double t_start;
     srv_gen *prev, *next;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -445,6 +446,19 @@ const char *srv_conn_path(const srv_conn *c) { return c->path; }
 const char *srv_conn_header(const srv_conn *c, const char *name) {
     return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
 }
+void srv_conn_peer(const srv_conn *c, char *buf, size_t cap) {
+    snprintf(buf, cap, "unknown");
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr) return;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_UNIX) {
+        snprintf(buf, cap, "unix");
+        return;
+    }
+    socklen_t len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (getnameinfo(sa, len, buf, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0) snprintf(buf, cap, "unknown");
+}
+
 const char *srv_conn_body(const srv_conn *c, size_t *len) {
     *len = c->body.len;
     return c->body.p ? c->body.p : "";

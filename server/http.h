@@ -57,6 +57,8 @@ void srv_http_stop(srv_http *h);
 const char *srv_conn_method(const srv_conn *c);
 const char *srv_conn_path(const srv_conn *c);
 const char *srv_conn_header(const srv_conn *c, const char *name);
+/* The peer's numeric address ("127.0.0.1", "::1"; "unix" for a unix socket). */
+void srv_conn_peer(const srv_conn *c, char *buf, size_t cap);
 const char *srv_conn_body(const srv_conn *c, size_t *len);
 const char *srv_conn_id(const srv_conn *c);
 double srv_conn_started(const srv_conn *c);

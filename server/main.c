@@ -251,6 +251,7 @@ int main(int argc, char **argv) {
     uv_loop_close(x->loop);
     latent_model_free(&x->model);
     srv_tmpl_free(&x->tmpl);
+    srv_quota_free(&x->quota);
     srv_metrics_free(&x->metrics);
     free(x->ready_list);
     free(x->served_name);

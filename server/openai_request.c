@@ -176,7 +176,9 @@ static int parse_bias(srv_gen_request *r, json_t *o, const srv_req_limits *lim, 
     json_object_foreach(v, key, val) {
         char *end;
         long id = strtol(key, &end, 10);
-        if (!*key || *end || id < 0 || id >= lim->vocab)
+        /* digits only: strtol alone would take " 5", "+5" or "05x"'s prefix */
+        int digits = *key != 0 && strspn(key, "0123456789") == strlen(key);
+        if (!digits || *end || id < 0 || id >= lim->vocab)
             return srv_error_set(e, SRV_ERR_INVALID_FIELD, "logit_bias", "'logit_bias' keys must be token ids from 0 to %d", lim->vocab - 1);
         if (!json_is_number(val) || !(json_number_value(val) >= -100 && json_number_value(val) <= 100))
             return srv_error_set(e, SRV_ERR_INVALID_FIELD, "logit_bias", "'logit_bias' values must be numbers from -100 to 100");

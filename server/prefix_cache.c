@@ -73,7 +73,19 @@ int srv_cache_evict_lru(srv_prefix_cache *c) {
 }
 
 int srv_cache_pages(const srv_prefix_cache *c) {
+    if (c->n == 0) return 0;
+    /* distinct pages: entries forked from one another share theirs */
+    const latent_kv_pool *pool = c->entries[0].seq.pool;
+    uint8_t *seen = pool ? calloc((size_t)pool->n_pages, 1) : NULL;
     int n = 0;
-    for (int i = 0; i < c->n; i++) n += c->entries[i].seq.n_pages;
+    for (int i = 0; i < c->n; i++) {
+        const latent_seq *s = &c->entries[i].seq;
+        for (int k = 0; k < s->n_pages; k++) {
+            int pg = s->pages[k];
+            if (!seen) n++; /* out of memory: an upper bound */
+            else if (!seen[pg]) seen[pg] = 1, n++;
+        }
+    }
+    free(seen);
     return n;
 }

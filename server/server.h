@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "chat_template.h"
+#include "client_quota.h"
 #include "config.h"
 #include "http.h"
 #include "latent/model.h"
@@ -38,6 +39,7 @@ typedef struct srv_ctx {
     double drain_deadline;
     int grace_expired;
     int stopping;
+    srv_quota quota;          /* sequences in flight per client */
     srv_gen *gens;            /* generation requests in flight (linked) */
     int n_gens;
     srv_session **ready_list;

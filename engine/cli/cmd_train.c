@@ -323,6 +323,7 @@ int cmd_train(int argc, char **argv) {
     char ckpt[4096] = "", latest[4096];
     snprintf(latest, sizeof latest, "%s/latest", a.out);
     int resuming = 0;
+    latent_ckpt_clean_stale(a.out);
     if (a.resume) {
         struct stat st;
         if (stat(latest, &st) == 0 && S_ISDIR(st.st_mode)) {

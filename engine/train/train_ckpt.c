@@ -63,6 +63,29 @@ static void remove_flat_dir(const char *dir) {
     rmdir(dir);
 }
 
+/* Removes the temporary directories that saves killed mid-write left in
+ * out (".step-N.staging.tmp-PID", written by latent_model_dir_write), when
+ * process PID is gone; a live run's (another trainer on the same OUT) stay. */
+static void remove_stale_tmp_dirs(const char *out) {
+    DIR *d = opendir(out);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *tag = strstr(e->d_name, ".staging.tmp-");
+        if (e->d_name[0] != '.' || !tag) continue;
+        char *end;
+        long pid = strtol(tag + strlen(".staging.tmp-"), &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+        char *p = join(out, e->d_name);
+        if (p) remove_flat_dir(p);
+        free(p);
+    }
+    closedir(d);
+}
+
+void latent_ckpt_clean_stale(const char *out) { remove_stale_tmp_dirs(out); }
+
 /* Test hook: LATENT_TRAIN_CRASH="STEP:POINT" kills the process with SIGKILL
  * at POINT (model, optimizer, rename, latest) of the save of step STEP, as a
  * power cut would. */
@@ -155,6 +178,7 @@ int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim 
         goto done;
     }
     remove_flat_dir(staging); /* a crashed save's leftover */
+    remove_stale_tmp_dirs(out);
     if (latent_model_dir_write(staging, &m->cfg, &m->w, 0, tok_dir, 1, err) != 0) goto done;
     crash_point(st->step, "model");
     if (save_optimizer(staging, opt, err) != 0) goto done;

@@ -145,5 +145,9 @@ int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim 
 /* Loads <dir> (a checkpoint directory) into a model already loaded from it
  * and opt (initialized with the same config): moments, step, state. */
 int latent_ckpt_load_state(const char *dir, latent_optim *opt, latent_train_state *st, latent_err *err);
+/* Removes what saves killed mid-write left in <out> (their temporary
+ * directories), unless the process that wrote them still runs. Each save
+ * does it too; the trainer calls it at start and resume. */
+void latent_ckpt_clean_stale(const char *out);
 
 #endif

@@ -61,4 +61,19 @@ check "smuggling shapes: 400/501/413, connection closed, nothing smuggled served
 check "server still serves after the attacks" bash -c "[ \$(curl -s -m 30 -o /dev/null -w '%{http_code}' $URL_D/v1/completions -d '{\"prompt\":\"a\",\"max_tokens\":2}') = 200 ]"
 stop_server D
 [ "$STOP_RC" = 0 ] && ok "drained and exited 0 after the attacks" || fail "exit status after the attacks: $STOP_RC"
+
+# --- fairness: one client cannot take every slot and queue place -------------------------------
+start_server E "$model" --api-key ka --api-key kb --max-sessions 4 --queue-len 8 --max-sequences-per-client 4 || exit 1
+curl -s -m 60 -o /dev/null "$URL_E/v1/completions" -H "Authorization: Bearer ka" \
+    -d '{"prompt":"a","n":4,"max_tokens":2000,"ignore_eos":true}' & hog=$!
+for i in $(seq 1 50); do [ "$(metric "$URL_E" latentd_sessions)" = 4 ] && break; sleep 0.1; done
+check "a client at its limit gets 429 naming it" bash -c "[ \$(curl -s -m 10 -o $tmp/q.json -w '%{http_code}' $URL_E/v1/completions \
+    -H 'Authorization: Bearer ka' -d '{\"prompt\":\"a\",\"max_tokens\":2}') = 429 ] && grep -q 'this client' $tmp/q.json"
+check "another client is still served" bash -c "[ \$(curl -s -m 60 -o /dev/null -w '%{http_code}' $URL_E/v1/completions \
+    -H 'Authorization: Bearer kb' -d '{\"prompt\":\"a\",\"max_tokens\":2}') = 200 ]"
+kill "$hog" 2>/dev/null; wait "$hog" 2>/dev/null
+for i in $(seq 1 50); do [ "$(metric "$URL_E" latentd_sessions)" = 0 ] && break; sleep 0.1; done
+check "the client's quota is given back when its request ends" bash -c "[ \$(curl -s -m 60 -o /dev/null -w '%{http_code}' $URL_E/v1/completions \
+    -H 'Authorization: Bearer ka' -d '{\"prompt\":\"a\",\"n\":4,\"max_tokens\":2}') = 200 ]"
+stop_server E
 finish

@@ -135,6 +135,20 @@ for model in t2 lrt; do
     done
 done
 
+# --- leftovers of saves killed mid-write: removed at start and resume, a live run's kept
+o=$tmp/stale
+"$latent" train --model "$tmp/t2" --out "$o" --data "$tmp/train.bin" --steps 2 "${base[@]}" --save-every 2 >/dev/null 2>&1
+sleep 0 & dead=$!; wait "$dead"   # a PID that no longer runs
+mkdir -p "$o/.step-00000004.staging.tmp-$dead" "$o/.step-00000004.staging.tmp-$$"
+touch "$o/.step-00000004.staging.tmp-$dead/model.safetensors"
+"$latent" train --out "$o" --resume --data "$tmp/train.bin" --steps 4 "${base[@]}" --save-every 2 >/dev/null 2>"$tmp/stale.err"
+if [ ! -e "$o/.step-00000004.staging.tmp-$dead" ] && [ -d "$o/.step-00000004.staging.tmp-$$" ]; then
+    ok "resume removes a dead save's temporary directory and keeps a live process's"
+else
+    fail "stale staging directories" "$(ls -a "$o" | tr '\n' ' ') $(tail -n 2 "$tmp/stale.err")"
+fi
+rm -rf "$o/.step-00000004.staging.tmp-$$"
+
 # --- real kill -9 at random moments of a run that saves every step ----------------
 o=$tmp/kill
 killed=0; good=0
