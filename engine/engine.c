@@ -496,43 +496,44 @@ static void lrt_memory_from_below(latent_engine *e, latent_batch_entry *entries,
     }
 }
 
-int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entries, latent_err *err) {
+/* Checks every entry before anything changes; totals for the step. */
+static int check_entries(const latent_engine *e, const latent_batch_entry *entries, int n_entries, int *N, int *max_ctx,
+                         int *n_logits, latent_err *err) {
     const latent_config *c = e->cfg;
-    const latent_weights *w = &e->m->w;
-    int d = c->d;
-    double t_start = now_seconds();
-
-    int N = 0, max_ctx = 0, n_logits = 0;
+    *N = 0, *max_ctx = 0, *n_logits = 0;
     for (int en = 0; en < n_entries; en++) {
-        latent_batch_entry *b = &entries[en];
+        const latent_batch_entry *b = &entries[en];
         if (b->n_tokens < 1) return latent_err_set(err, LATENT_E_INVALID, "batch entry %d has no tokens", en);
         for (int j = 0; j < en; j++)
             if (entries[j].seq == b->seq) return latent_err_set(err, LATENT_E_INVALID, "batch entries %d and %d share a sequence", j, en);
         for (int i = 0; i < b->n_tokens; i++)
             if (b->tokens[i] < 0 || b->tokens[i] >= c->vocab)
                 return latent_err_set(err, LATENT_E_INVALID, "token id %d is outside the vocabulary (0..%d)", b->tokens[i], c->vocab - 1);
-        if (b->seq->n_pos + b->n_tokens > max_ctx) max_ctx = b->seq->n_pos + b->n_tokens;
-        N += b->n_tokens;
-        n_logits += b->logits == LATENT_LOGITS_ALL ? b->n_tokens : b->logits == LATENT_LOGITS_LAST ? 1 : 0;
+        if (b->seq->n_pos + b->n_tokens > *max_ctx) *max_ctx = b->seq->n_pos + b->n_tokens;
+        *N += b->n_tokens;
+        *n_logits += b->logits == LATENT_LOGITS_ALL ? b->n_tokens : b->logits == LATENT_LOGITS_LAST ? 1 : 0;
     }
-    if (max_ctx > c->max_pos)
-        return latent_err_set(err, LATENT_E_CONTEXT, "sequence of %d tokens exceeds the context of %d tokens", max_ctx, c->max_pos);
-    /* Every buffer first, then the pages of every entry at once: a step that
-     * fails has changed nothing (the tests inject a failure at each point). */
-    if (engine_reserve(e, N, n_entries, max_ctx, n_entries > 1 ? n_logits : 0, err) != 0) return -1;
-    {
-        latent_seq *seqs[n_entries];
-        int totals[n_entries];
-        for (int en = 0; en < n_entries; en++)
-            seqs[en] = entries[en].seq, totals[en] = entries[en].seq->n_pos + entries[en].n_tokens;
-        if (latent_seq_reserve_many(seqs, totals, n_entries, c->max_pos, err) != 0) return -1;
-    }
+    if (*max_ctx > c->max_pos)
+        return latent_err_set(err, LATENT_E_CONTEXT, "sequence of %d tokens exceeds the context of %d tokens", *max_ctx, c->max_pos);
+    return 0;
+}
 
-    /* Lay out the rows, embed them, and build each row's RoPE tables. */
-    int start[n_entries > 0 ? n_entries : 1];
-    int n_waves = 1, half = c->head_dim / 2;
+/* Every entry's pages at once, all or nothing. */
+static int reserve_pages(const latent_engine *e, latent_batch_entry *entries, int n_entries, latent_err *err) {
+    latent_seq *seqs[n_entries];
+    int totals[n_entries];
+    for (int en = 0; en < n_entries; en++) seqs[en] = entries[en].seq, totals[en] = entries[en].seq->n_pos + entries[en].n_tokens;
+    return latent_seq_reserve_many(seqs, totals, n_entries, e->cfg->max_pos, err);
+}
+
+/* Lays out the rows, embeds them, builds each row's RoPE tables and loads
+ * each entry's running state; start[en] gets its first row. Returns the
+ * number of waves the recurrent window needs. */
+static int lay_out_rows(latent_engine *e, const latent_batch_entry *entries, int n_entries, int *start) {
+    const latent_config *c = e->cfg;
+    int d = c->d, n_waves = 1, half = c->head_dim / 2;
     for (int en = 0, r = 0; en < n_entries; en++) {
-        latent_batch_entry *b = &entries[en];
+        const latent_batch_entry *b = &entries[en];
         start[en] = r;
         uint8_t flow = (uint8_t)latent_engine_flow(c, b->prompt);
         if (flow == 2 && b->n_tokens > n_waves) n_waves = b->n_tokens;
@@ -540,53 +541,68 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
         for (int i = 0; i < b->n_tokens; i++, r++) {
             e->rows[r] = (row_meta){.seq = b->seq, .pos = b->seq->n_pos + i, .entry = en, .row = r, .flow = flow};
             if (e->embed_src) latent_linear_row(e->embed_src, b->tokens[i], e->x + (size_t)r * d);
-            else memcpy(e->x + (size_t)r * d, w->embed + (size_t)b->tokens[i] * d, d * sizeof(float));
+            else memcpy(e->x + (size_t)r * d, e->m->w.embed + (size_t)b->tokens[i] * d, d * sizeof(float));
             latent_rope_tables(e->rope_cos + (size_t)r * half, e->rope_sin + (size_t)r * half, c->head_dim,
-                        e->rows[r].pos, c->rope_theta);
+                               e->rows[r].pos, c->rope_theta);
         }
     }
+    return n_waves;
+}
 
+/* The recurrent window in waves: wave i gathers the i-th token of every
+ * recurrent entry (a non-recurrent entry runs whole in wave 0). */
+static void run_window(latent_engine *e, const latent_batch_entry *entries, int n_entries, const int *start, int N,
+                       int n_waves, int lo, int hi) {
+    int d = e->cfg->d;
+    if (n_waves == 1) { /* every entry fits one wave (decode steps): in place */
+        run_wave(e, e->x, e->rows, N, lo, hi);
+        return;
+    }
+    for (int wv = 0; wv < n_waves; wv++) {
+        int n = 0;
+        for (int en = 0; en < n_entries; en++) {
+            int k0 = start[en], cnt = entries[en].n_tokens;
+            int recurrent = e->rows[k0].flow == 2;
+            int from = recurrent ? wv : 0, to = recurrent ? wv + 1 : (wv == 0 ? cnt : 0);
+            for (int i = from; i < to && i < cnt; i++, n++) {
+                e->wrows[n] = e->rows[k0 + i];
+                memcpy(e->wx + (size_t)n * d, e->x + (size_t)(k0 + i) * d, d * sizeof(float));
+            }
+        }
+        run_wave(e, e->wx, e->wrows, n, lo, hi);
+        for (int r = 0; r < n; r++) memcpy(e->x + (size_t)e->wrows[r].row * d, e->wx + (size_t)r * d, d * sizeof(float));
+    }
+}
+
+/* Every block over the step's rows: below the window at once, the window in
+ * waves, the rest at once (or LRT's memory from below, then the rest). */
+static void run_blocks(latent_engine *e, const latent_batch_entry *entries, int n_entries, const int *start, int N,
+                       int n_waves) {
+    const latent_config *c = e->cfg;
     int lo, hi;
     recurrent_window(e, &lo, &hi);
     int lrt_below = e->recurrence && c->rec == LATENT_REC_LRT && lo > hi;
     int first_after = lo <= hi ? hi + 1 : 0;
     if (lo <= hi) {
         for (int l = 0; l < lo; l++) block_forward(e, l, e->x, e->rows, N, NULL);
-        if (n_waves == 1) {
-            /* Every entry fits one wave (decode steps): run it in place. */
-            run_wave(e, e->x, e->rows, N, lo, hi);
-        } else {
-            for (int wv = 0; wv < n_waves; wv++) {
-                int n = 0;
-                for (int en = 0; en < n_entries; en++) {
-                    int k0 = start[en], cnt = entries[en].n_tokens;
-                    int recurrent = e->rows[k0].flow == 2;
-                    int from = recurrent ? wv : 0, to = recurrent ? wv + 1 : (wv == 0 ? cnt : 0);
-                    for (int i = from; i < to && i < cnt; i++, n++) {
-                        e->wrows[n] = e->rows[k0 + i];
-                        memcpy(e->wx + (size_t)n * d, e->x + (size_t)(k0 + i) * d, d * sizeof(float));
-                    }
-                }
-                run_wave(e, e->wx, e->wrows, n, lo, hi);
-                for (int r = 0; r < n; r++)
-                    memcpy(e->x + (size_t)e->wrows[r].row * d, e->wx + (size_t)r * d, d * sizeof(float));
-            }
-        }
+        run_window(e, entries, n_entries, start, N, n_waves, lo, hi);
     } else if (lrt_below) {
         int src = c->lrt.source_layer;
         for (int l = 0; l <= src; l++) block_forward(e, l, e->x, e->rows, N, NULL);
         double t0 = now_seconds();
-        lrt_memory_from_below(e, entries, n_entries, start);
+        lrt_memory_from_below(e, (latent_batch_entry *)entries, n_entries, start);
         e->stats.recur_seconds += now_seconds() - t0;
         lrt_shared_memory_kv(e, e->mem, N);
         first_after = src + 1;
     }
-    for (int l = first_after; l < c->n_layers; l++)
-        block_forward(e, l, e->x, e->rows, N, lrt_below ? e->mem : NULL);
+    for (int l = first_after; l < c->n_layers; l++) block_forward(e, l, e->x, e->rows, N, lrt_below ? e->mem : NULL);
+}
 
-    /* Commit each sequence: tokens, flows, position, state. */
+/* Commits each sequence: tokens, flows, position, state. */
+static void commit_entries(latent_engine *e, const latent_batch_entry *entries, int n_entries, const int *start) {
+    int d = e->cfg->d;
     for (int en = 0; en < n_entries; en++) {
-        latent_batch_entry *b = &entries[en];
+        const latent_batch_entry *b = &entries[en];
         latent_seq *s = b->seq;
         for (int i = 0; i < b->n_tokens; i++) {
             s->tokens[s->n_pos + i] = b->tokens[i];
@@ -595,34 +611,49 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
         s->n_pos += b->n_tokens;
         if (s->d_state && e->recurrence) memcpy(s->state, e->entry_state + (size_t)en * d, d * sizeof(float));
     }
+}
 
-    /* Logits for the rows asked for: final norm, then the LM head over them at once. */
-    int nl = 0;
+/* Logits for the rows asked for: final norm, then the LM head over them at
+ * once (the head is the largest matrix: one pass for every sequence). */
+static void compute_logits(latent_engine *e, latent_batch_entry *entries, int n_entries, const int *start) {
+    const latent_config *c = e->cfg;
+    int d = c->d, nl = 0;
     for (int en = 0; en < n_entries; en++) {
-        latent_batch_entry *b = &entries[en];
+        const latent_batch_entry *b = &entries[en];
         if (b->logits == LATENT_LOGITS_NONE) continue;
         int from = b->logits == LATENT_LOGITS_ALL ? 0 : b->n_tokens - 1;
         for (int i = from; i < b->n_tokens; i++, nl++)
             memcpy(e->wx + (size_t)nl * d, e->x + (size_t)(start[en] + i) * d, d * sizeof(float));
     }
-    if (nl > 0) {
-        latent_rmsnorm_forward(e->xb, e->wx, w->final_norm, nl, d, c->rms_eps);
-        if (n_entries == 1) {
-            latent_linear_forward(entries[0].out, e->xb, &e->head, nl);
-        } else {
-            /* One product over every row: the head is the largest matrix, and
-             * reading it once per entry would cost a pass per sequence.
-             * (engine_reserve sized e->logits for these nl rows.) */
-            latent_linear_forward(e->logits, e->xb, &e->head, nl);
-            for (int en = 0, r = 0; en < n_entries; en++) {
-                latent_batch_entry *b = &entries[en];
-                if (b->logits == LATENT_LOGITS_NONE) continue;
-                int rows = b->logits == LATENT_LOGITS_ALL ? b->n_tokens : 1;
-                memcpy(b->out, e->logits + (size_t)r * c->vocab, (size_t)rows * c->vocab * sizeof(float));
-                r += rows;
-            }
-        }
+    if (nl == 0) return;
+    latent_rmsnorm_forward(e->xb, e->wx, e->m->w.final_norm, nl, d, c->rms_eps);
+    if (n_entries == 1) {
+        latent_linear_forward(entries[0].out, e->xb, &e->head, nl);
+        return;
     }
+    latent_linear_forward(e->logits, e->xb, &e->head, nl); /* engine_reserve sized e->logits for nl rows */
+    for (int en = 0, r = 0; en < n_entries; en++) {
+        latent_batch_entry *b = &entries[en];
+        if (b->logits == LATENT_LOGITS_NONE) continue;
+        int rows = b->logits == LATENT_LOGITS_ALL ? b->n_tokens : 1;
+        memcpy(b->out, e->logits + (size_t)r * c->vocab, (size_t)rows * c->vocab * sizeof(float));
+        r += rows;
+    }
+}
+
+int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entries, latent_err *err) {
+    double t_start = now_seconds();
+    int N, max_ctx, n_logits;
+    if (check_entries(e, entries, n_entries, &N, &max_ctx, &n_logits, err) != 0) return -1;
+    /* Every buffer first, then the pages of every entry at once: a step that
+     * fails has changed nothing (the tests inject a failure at each point). */
+    if (engine_reserve(e, N, n_entries, max_ctx, n_entries > 1 ? n_logits : 0, err) != 0) return -1;
+    if (reserve_pages(e, entries, n_entries, err) != 0) return -1;
+    int start[n_entries > 0 ? n_entries : 1];
+    int n_waves = lay_out_rows(e, entries, n_entries, start);
+    run_blocks(e, entries, n_entries, start, N, n_waves);
+    commit_entries(e, entries, n_entries, start);
+    compute_logits(e, entries, n_entries, start);
     e->stats.rows += N;
     e->stats.steps++;
     e->stats.step_seconds += now_seconds() - t_start;
