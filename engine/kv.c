@@ -145,7 +145,7 @@ static int seq_grow(latent_seq *s, int cap) {
  * was truncated into it). *need gets the page count it will have. */
 static int pages_to_take(const latent_seq *s, int n_total, int *need) {
     int P = s->pool->page_tokens;
-    *need = (n_total + P - 1) / P;
+    *need = latent_kv_pages_for(P, n_total);
     int cow = n_total > s->n_pos && s->n_pos % P != 0 && s->pool->refcount[s->pages[s->n_pos / P]] > 1;
     return (*need > s->n_pages ? *need - s->n_pages : 0) + cow;
 }
@@ -228,7 +228,7 @@ int latent_seq_truncate(latent_seq *s, int n) {
     n = keepable_length(s, n);
     if (s->d_state) state_at(s, n, s->state);
     int P = s->pool->page_tokens;
-    int keep_pages = (n + P - 1) / P;
+    int keep_pages = latent_kv_pages_for(P, n);
     while (s->n_pages > keep_pages) pool_release(s->pool, s->pages[--s->n_pages]);
     s->n_pos = n;
     return n;

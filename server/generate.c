@@ -16,8 +16,6 @@
 #include "latent/tokenizer.h"
 #include "log.h"
 
-static void reply_error(srv_ctx *x, srv_conn *c, const srv_error *e) { srv_conn_reply_error(c, e, x->cfg.retry_after); }
-
 static uint64_t random_seed(void) {
     uint64_t s;
     if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) s = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&s;
@@ -118,7 +116,7 @@ static int plan_length(srv_ctx *x, srv_gen *g, int i, int group, int *out, srv_e
             return srv_error_set(e, SRV_ERR_CONTEXT_LENGTH, param,
                                  "%d sequence(s) of %d prompt tokens and %d completion tokens need %d KV pages; the pool has %d "
                                  "(see --kv-pool-mib)", group, n, mt, srv_sched_group_pages(x->sched, n, mt, group), pool);
-        while (mt > 1 && srv_sched_group_pages(x->sched, n, mt, group) > pool) mt = mt * 3 / 4;
+        while (mt > 1 && srv_sched_group_pages(x->sched, n, mt, group) > pool) mt = mt * 3 / 4; /* shrink by a quarter until it fits */
     }
     *out = mt;
     return 0;
@@ -213,7 +211,7 @@ static void fail_request(srv_ctx *x, srv_gen *g, const srv_error *e) {
     g->failed = 1;
     g->complete = 1;
     for (int i = 0; i < g->n_choices; i++) choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED); /* what was submitted */
-    reply_error(x, g->conn, e);
+    srv_reply_error(x, g->conn, e);
 }
 
 static int prepare(srv_ctx *x, srv_gen *g, srv_error *e);
@@ -266,13 +264,13 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
     if (!x->ready || x->draining) {
         if (!x->ready) srv_error_set(&e, SRV_ERR_NOT_READY, NULL, "the model is still loading");
         else srv_error_set(&e, SRV_ERR_DRAINING, NULL, "the server is shutting down");
-        reply_error(x, c, &e);
+        srv_reply_error(x, c, &e);
         return;
     }
     srv_gen *g = calloc(1, sizeof *g);
     if (!g) {
         srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory");
-        reply_error(x, c, &e);
+        srv_reply_error(x, c, &e);
         return;
     }
     g->x = x, g->conn = c, g->chat = chat, g->t_start = srv_conn_started(c);
@@ -441,7 +439,7 @@ void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g) {
     if (g->tok_state == TOK_RUNNING) {
         if (g->err.kind != SRV_ERR_NONE) { /* drained while tokenizing */
             g->complete = 1;
-            reply_error(x, c, &g->err);
+            srv_reply_error(x, c, &g->err);
             return;
         }
         srv_conn_suspend(c);
@@ -461,14 +459,14 @@ void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g) {
         return;
     }
     if (g->err.kind != SRV_ERR_NONE) {
-        reply_error(x, c, &g->err);
+        srv_reply_error(x, c, &g->err);
         return;
     }
     char *body = srv_resp_final(g);
     if (!body) {
         srv_error e;
         srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "cannot build the response");
-        reply_error(x, c, &e);
+        srv_reply_error(x, c, &e);
         return;
     }
     srv_conn_reply(c, 200, "application/json", body, strlen(body));
@@ -539,7 +537,8 @@ void srv_gen_on_wake(uv_async_t *a) {
     srv_ctx *x = a->data;
     if (!x->sched) return;
     int n = srv_sched_take_ready(x->sched, &x->ready_list, &x->ready_cap);
-    srv_gen *touched[64];
+    enum { TOUCHED_MAX = 64 }; /* requests emitted directly; past it, one pass over all dirty ones */
+    srv_gen *touched[TOUCHED_MAX];
     int n_touched = 0, overflow = 0;
     for (int i = 0; i < n; i++) {
         srv_session *s = x->ready_list[i];
@@ -548,7 +547,7 @@ void srv_gen_on_wake(uv_async_t *a) {
             int was_dirty = g->dirty;
             take_session(x, s);
             if (!was_dirty) {
-                if (n_touched < 64) touched[n_touched++] = g;
+                if (n_touched < TOUCHED_MAX) touched[n_touched++] = g;
                 else overflow = 1;
             }
         }

@@ -35,10 +35,13 @@ static void reply_json(srv_conn *c, int status, json_t *j) {
     free(s);
 }
 
+void srv_reply_error(srv_ctx *x, srv_conn *c, const srv_error *e) { srv_conn_reply_error(c, e, x->cfg.retry_after); }
+
+/* An error of kind k with a fixed message (the routes' own refusals). */
 static void reply_error(srv_ctx *x, srv_conn *c, srv_err_kind k, const char *param, const char *msg) {
     srv_error e;
     srv_error_set(&e, k, param, "%s", msg);
-    srv_conn_reply_error(c, &e, x->cfg.retry_after);
+    srv_reply_error(x, c, &e);
 }
 
 static void h_health(srv_ctx *x, srv_conn *c) {

@@ -47,8 +47,7 @@ struct srv_sched {
     srv_session **running;    /* admission order */
     int n_running, cap_running;
     latent_batch_entry *entries;
-    srv_session **entry_sess;
-    int cap_entries, cap_entry_sess;
+    int cap_entries;          /* entries: the step's batch; each entry's user is its session */
     float *logits;
     size_t cap_logits;
     srv_session **samp;
@@ -59,13 +58,10 @@ struct srv_sched {
     int n_stage, cap_stage;
     srv_session **done;       /* finished this round, to publish */
     int n_done, cap_done;
-    int *entry_kind;          /* (entries) ENTRY_DECODE or ENTRY_PREFILL */
-    int cap_entry_kind;
     uint64_t admit_counter;
     long long prefill_tokens, reused_tokens, generated_tokens, failed_steps, preemptions;
 };
 
-enum { ENTRY_DECODE, ENTRY_PREFILL };
 
 static double now_s(void) {
     struct timespec ts;
@@ -85,14 +81,15 @@ static int grow(void **arr, int *cap, int n, size_t item) {
 }
 #define GROW(arr, cap, n) grow((void **)&(arr), &(cap), (n), sizeof *(arr))
 
-static int pages_for(const srv_sched *s, int n) { return (n + s->o.page_tokens - 1) / s->o.page_tokens; }
+static int pages_for(const srv_sched *s, int n) { return latent_kv_pages_for(s->o.page_tokens, n); }
+static int full_pages(const srv_sched *s, int n) { return latent_kv_full_pages(s->o.page_tokens, n); }
 
 int srv_sched_pool_pages(const srv_sched *s) { return s->pool.n_pages; }
 int srv_sched_page_tokens(const srv_sched *s) { return s->o.page_tokens; }
 
 int srv_sched_group_pages(const srv_sched *s, int n_prompt, int max_tokens, int n) {
     int full = pages_for(s, n_prompt + max_tokens);
-    return full + (n - 1) * (full - n_prompt / s->o.page_tokens);
+    return full + (n - 1) * (full - full_pages(s, n_prompt));
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */
@@ -343,7 +340,13 @@ static void compact_running(srv_sched *s) {
 
 /* Tokens of pages set aside beyond the prompt at admission, and added each
  * time a decoding sequence reaches the end of what it has. */
-static int horizon(const srv_sched *s) { return 8 * s->o.page_tokens; }
+/* Pages a sequence reserves beyond what it holds, so that it takes pages
+ * (and may meet a full pool) once per this many tokens, not every page. */
+#define HORIZON_PAGES 8
+/* Prompt tokens per step of a sequence that wants their logprobs (each row
+ * of logits is a vocab-sized buffer). */
+#define PROMPT_LOGPROB_CHUNK 16
+static int horizon(const srv_sched *s) { return HORIZON_PAGES * s->o.page_tokens; }
 static int final_len(const srv_session *x) { return x->n_prompt + x->max_tokens; }
 static int min_i(int a, int b) { return a < b ? a : b; }
 
@@ -355,7 +358,7 @@ static int future_pages(const srv_sched *s, const srv_session *x) {
     case SRV_ST_DECODE:
         return all > x->seq.n_pages ? all - x->seq.n_pages : 0;
     case SRV_ST_WAIT_FORK:
-        return all - x->n_prompt / s->o.page_tokens;
+        return all - full_pages(s, x->n_prompt);
     default:
         return 0;
     }
@@ -379,7 +382,7 @@ static int group_size(srv_session *g) {
  * boundaries and at the sequence's end. */
 static int keepable(const srv_sched *s, int match, int avail) {
     if (s->cfg->rec == LATENT_REC_NONE || match == avail) return match;
-    return match / s->o.page_tokens * s->o.page_tokens;
+    return full_pages(s, match) * s->o.page_tokens;
 }
 
 /* Tokens a (replayed) session must hold before it decodes: its prompt, or
@@ -424,7 +427,7 @@ static void admit(srv_sched *s) {
                 if (entry >= 0) keep = keepable(s, match, s->cache.entries[entry].seq.n_pos);
                 if (keep == 0) entry = -1;
             }
-            need = all - keep / s->o.page_tokens + (n - 1) * (all - g->n_prompt / s->o.page_tokens);
+            need = all - full_pages(s, keep) + (n - 1) * (all - full_pages(s, g->n_prompt));
             if (need <= s->pool.n_free - committed_pages(s)) break;
             if (!srv_cache_evict_lru(&s->cache)) {
                 if (s->n_running > 0) return; /* wait for pages */
@@ -600,24 +603,28 @@ static void prompt_logprobs(srv_sched *s, srv_session *x, int p0, int n, const f
     }
 }
 
-static void run_step(srv_sched *s) {
-    const int V = s->cfg->vocab;
+static srv_session *entry_session(const latent_batch_entry *e) { return e->user; }
+
+/* Fails every session of the step's n entries. */
+static void fail_batch(srv_sched *s, int n, const char *msg) {
+    for (int i = 0; i < n; i++) fail(s, entry_session(&s->entries[i]), msg);
+}
+
+/* The step's batch: every decoding session's next token first (running
+ * sessions are never starved by prefill), then prompt chunks, oldest first,
+ * under the step's token budget. Returns the entries; *rows and *logit_rows
+ * get the token rows and the rows of logits they ask for. */
+static int build_batch(srv_sched *s, int *rows_out, size_t *logit_rows_out) {
     int n = 0, rows = 0, n_decode = 0;
     size_t logit_rows = 1; /* one spare row for prompt logprobs */
-    if (GROW(s->entries, s->cap_entries, s->n_running) != 0 || GROW(s->entry_sess, s->cap_entry_sess, s->n_running) != 0 ||
-        GROW(s->entry_kind, s->cap_entry_kind, s->n_running) != 0)
-        return;
-    /* Decode tokens first: running sessions are never starved by prefill. */
     for (int i = 0; i < s->n_running; i++) {
         srv_session *x = s->running[i];
         if (x->state != SRV_ST_DECODE) continue;
-        s->entries[n] = (latent_batch_entry){.seq = &x->seq, .tokens = &x->pending, .n_tokens = 1, .prompt = 0,
-                                             .logits = LATENT_LOGITS_LAST};
-        s->entry_kind[n] = ENTRY_DECODE;
-        s->entry_sess[n++] = x;
+        x->step_prefill = 0;
+        s->entries[n++] = (latent_batch_entry){.seq = &x->seq, .tokens = &x->pending, .n_tokens = 1, .prompt = 0,
+                                               .logits = LATENT_LOGITS_LAST, .user = x};
         rows++, n_decode++, logit_rows++;
     }
-    /* Then prompt chunks, oldest first, under the step's token budget. */
     for (int i = 0; i < s->n_running && rows < s->o.step_tokens; i++) {
         srv_session *x = s->running[i];
         if (x->state != SRV_ST_PREFILL) continue;
@@ -626,26 +633,29 @@ static void run_step(srv_sched *s) {
         if (pos < x->n_prompt && chunk > x->n_prompt - pos) chunk = x->n_prompt - pos; /* one control flow per entry */
         if (n_decode > 0 && chunk > s->o.prefill_chunk) chunk = s->o.prefill_chunk;
         int plp = x->prompt_logprobs && !x->replay;
-        if (plp && chunk > 16) chunk = 16;
+        if (plp && chunk > PROMPT_LOGPROB_CHUNK) chunk = PROMPT_LOGPROB_CHUNK;
         latent_logits_mode mode = x->replay ? LATENT_LOGITS_NONE : plp ? LATENT_LOGITS_ALL
                                 : chunk == left ? LATENT_LOGITS_LAST : LATENT_LOGITS_NONE;
-        s->entries[n] = (latent_batch_entry){.seq = &x->seq, .tokens = x->hist + pos, .n_tokens = chunk,
-                                             .prompt = pos < x->n_prompt, .logits = mode};
-        s->entry_kind[n] = ENTRY_PREFILL;
-        s->entry_sess[n++] = x;
+        x->step_prefill = 1;
+        s->entries[n++] = (latent_batch_entry){.seq = &x->seq, .tokens = x->hist + pos, .n_tokens = chunk,
+                                               .prompt = pos < x->n_prompt, .logits = mode, .user = x};
         rows += chunk;
         logit_rows += mode == LATENT_LOGITS_ALL ? (size_t)chunk : mode == LATENT_LOGITS_LAST ? 1 : 0;
         /* followers of a leader whose prompt completes get a copy of its row */
         if (chunk == left && !x->replay)
             for (int j = 0; j < x->n_followers; j++) logit_rows += is_follower_of(x->followers[j], x);
     }
-    if (n == 0) return;
+    *rows_out = rows, *logit_rows_out = logit_rows;
+    return n;
+}
+
+/* Points each entry that asks for logits at its rows of s->logits (grown to
+ * logit_rows); returns the first row left over (for followers), or -1. */
+static long place_logits(srv_sched *s, int n, size_t logit_rows) {
+    const int V = s->cfg->vocab;
     if (logit_rows * V > s->cap_logits) {
         float *p = realloc(s->logits, logit_rows * V * sizeof(float));
-        if (!p) {
-            for (int i = 0; i < n; i++) fail(s, s->entry_sess[i], "out of memory for logits");
-            return;
-        }
+        if (!p) return -1;
         s->logits = p, s->cap_logits = logit_rows * V;
     }
     size_t off = 0;
@@ -655,67 +665,49 @@ static void run_step(srv_sched *s) {
         e->out = s->logits + off * V;
         off += e->logits == LATENT_LOGITS_ALL ? (size_t)e->n_tokens : 1;
     }
-    int p0[n];
-    for (int i = 0; i < n; i++) p0[i] = s->entries[i].seq->n_pos;
+    return (long)off;
+}
 
-    latent_err err;
-    double t0 = now_s();
-    int rc = latent_engine_step(s->eng, s->entries, n, &err);
-    double dt = now_s() - t0;
-    if (s->on_step) s->on_step(s->arg, dt, rows);
-    if (rc != 0) {
-        s->failed_steps++;
-        srv_log(SRV_LOG_ERROR, "engine step of %d rows failed (%s): %s", rows, latent_err_name(err.code), err.msg);
-        for (int i = 0; i < n; i++) fail(s, s->entry_sess[i], err.msg);
-        return;
-    }
-
-    /* Collect the sequences to sample; fork followers off completed prompts. */
-    s->n_samp = 0;
-    if (GROW(s->samp, s->cap_samp, s->n_running) != 0) {
-        for (int i = 0; i < n; i++) fail(s, s->entry_sess[i], "out of memory");
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        srv_session *x = s->entry_sess[i];
-        latent_batch_entry *e = &s->entries[i];
-        if (s->entry_kind[i] == ENTRY_PREFILL) {
-            s->prefill_tokens += e->n_tokens;
-            if (x->replay) {
-                if (x->seq.n_pos == prefill_target(x)) {
-                    x->replay = 0;
-                    x->pending = x->hist[x->n_prompt + x->n_gen - 1];
-                    x->state = SRV_ST_DECODE;
-                }
-                continue;
-            }
-            if (x->prompt_logprobs) prompt_logprobs(s, x, p0[i], e->n_tokens, e->out);
-            if (x->seq.n_pos < x->n_prompt) continue;
-            if (x->max_tokens == 0) {
-                finish(s, x, SRV_FINISH_LENGTH);
-                continue;
-            }
-            x->logits = e->logits == LATENT_LOGITS_ALL ? e->out + (size_t)(e->n_tokens - 1) * V : e->out;
-            s->samp[s->n_samp++] = x;
-            for (int j = 0; j < x->n_followers; j++) {
-                srv_session *f = x->followers[j];
-                if (!is_follower_of(f, x) || f->state != SRV_ST_WAIT_FORK) continue;
-                if (latent_seq_init(&f->seq, &s->pool, s->cfg, &err) != 0 ||
-                    latent_seq_fork(&f->seq, &x->seq, x->n_prompt, &err) != x->n_prompt) {
-                    fail(s, f, "cannot fork the prompt state");
-                    continue;
-                }
-                f->state = SRV_ST_PREFILL;
-                f->logits = s->logits + off * V;
-                off++;
-                memcpy(f->logits, x->logits, V * sizeof(float));
-                s->samp[s->n_samp++] = f;
-            }
-        } else {
-            x->logits = e->out;
-            s->samp[s->n_samp++] = x;
+/* A prefill entry after the step: replay done, prompt logprobs, or the
+ * prompt complete (sample; followers fork its state and get its row). */
+static void after_prefill(srv_sched *s, srv_session *x, const latent_batch_entry *e, int p0, size_t *off) {
+    const int V = s->cfg->vocab;
+    s->prefill_tokens += e->n_tokens;
+    if (x->replay) {
+        if (x->seq.n_pos == prefill_target(x)) {
+            x->replay = 0;
+            x->pending = x->hist[x->n_prompt + x->n_gen - 1];
+            x->state = SRV_ST_DECODE;
         }
+        return;
     }
+    if (x->prompt_logprobs) prompt_logprobs(s, x, p0, e->n_tokens, e->out);
+    if (x->seq.n_pos < x->n_prompt) return;
+    if (x->max_tokens == 0) {
+        finish(s, x, SRV_FINISH_LENGTH);
+        return;
+    }
+    x->logits = e->logits == LATENT_LOGITS_ALL ? e->out + (size_t)(e->n_tokens - 1) * V : e->out;
+    s->samp[s->n_samp++] = x;
+    latent_err err;
+    for (int j = 0; j < x->n_followers; j++) {
+        srv_session *f = x->followers[j];
+        if (!is_follower_of(f, x) || f->state != SRV_ST_WAIT_FORK) continue;
+        if (latent_seq_init(&f->seq, &s->pool, s->cfg, &err) != 0 ||
+            latent_seq_fork(&f->seq, &x->seq, x->n_prompt, &err) != x->n_prompt) {
+            fail(s, f, "cannot fork the prompt state");
+            continue;
+        }
+        f->state = SRV_ST_PREFILL;
+        f->logits = s->logits + (*off)++ * V;
+        memcpy(f->logits, x->logits, V * sizeof(float));
+        s->samp[s->n_samp++] = f;
+    }
+}
+
+/* Samples every session that got logits, across the engine's threads, and
+ * publishes the tokens. */
+static void sample_and_publish(srv_sched *s) {
     if (s->n_samp > 0) {
         int tasks = s->n_scratch < s->n_samp ? s->n_scratch : s->n_samp;
         samp_job j = {s, (s->n_samp + tasks - 1) / tasks};
@@ -723,6 +715,36 @@ static void run_step(srv_sched *s) {
     }
     double now = now_s();
     for (int i = 0; i < s->n_samp; i++) take_token(s, s->samp[i], now);
+}
+
+static void run_step(srv_sched *s) {
+    if (GROW(s->entries, s->cap_entries, s->n_running) != 0 || GROW(s->samp, s->cap_samp, s->n_running) != 0) return;
+    int rows;
+    size_t logit_rows;
+    int n = build_batch(s, &rows, &logit_rows);
+    if (n == 0) return;
+    long off = place_logits(s, n, logit_rows);
+    if (off < 0) return fail_batch(s, n, "out of memory for logits");
+    int p0[n];
+    for (int i = 0; i < n; i++) p0[i] = s->entries[i].seq->n_pos;
+
+    latent_err err;
+    double t0 = now_s();
+    int rc = latent_engine_step(s->eng, s->entries, n, &err);
+    if (s->on_step) s->on_step(s->arg, now_s() - t0, rows);
+    if (rc != 0) { /* the engine changed nothing: the sessions end with its error */
+        s->failed_steps++;
+        srv_log(SRV_LOG_ERROR, "engine step of %d rows failed (%s): %s", rows, latent_err_name(err.code), err.msg);
+        return fail_batch(s, n, err.msg);
+    }
+    s->n_samp = 0;
+    size_t next = (size_t)off;
+    for (int i = 0; i < n; i++) {
+        srv_session *x = entry_session(&s->entries[i]);
+        if (x->step_prefill) after_prefill(s, x, &s->entries[i], p0[i], &next);
+        else x->logits = s->entries[i].out, s->samp[s->n_samp++] = x;
+    }
+    sample_and_publish(s);
 }
 
 /* ---- step thread: publishing ------------------------------------------------------ */
@@ -860,8 +882,8 @@ void srv_sched_free(srv_sched *s) {
     latent_kv_pool_free(&s->pool);
     for (int i = 0; s->scratch && i < s->n_scratch; i++) free(s->scratch[i]);
     free(s->scratch);
-    free(s->wait), free(s->running), free(s->entries), free(s->entry_sess), free(s->logits);
-    free(s->samp), free(s->stage), free(s->done), free(s->entry_kind);
+    free(s->wait), free(s->running), free(s->entries), free(s->logits);
+    free(s->samp), free(s->stage), free(s->done);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

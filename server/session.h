@@ -94,6 +94,7 @@ struct srv_session {
     srv_session *next;        /* the scheduler's inbox */
     latent_sample sample;     /* this step's draw */
     float *logits;            /* this step's logit row (into the scheduler's buffer) */
+    int step_prefill;         /* this step's entry is a prompt chunk (else a decode token) */
     srv_finish done_reason;   /* finish to publish */
 };
 

@@ -21,6 +21,7 @@ typedef struct latent_batch_entry {
     int prompt;               /* tokens are prompt tokens: control flow follows recur_on_prompt */
     latent_logits_mode logits;
     float *out;               /* (1 or n_tokens, vocab), written when logits != NONE */
+    void *user;               /* the caller's: the engine never reads or writes it */
 } latent_batch_entry;
 
 typedef struct latent_engine_stats {

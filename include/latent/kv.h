@@ -39,6 +39,10 @@ void latent_kv_pool_free(latent_kv_pool *p);
 static inline void *latent_kv_at(const latent_kv_pool *p, void *base, int page, int layer, int slot) {
     return (char *)base + (((size_t)page * p->n_layers + layer) * p->page_tokens + slot) * p->kv_dim * p->elem_bytes;
 }
+/* Pages that hold n tokens (a partial last page counts), and the pages that
+ * n tokens fill completely (what a fork can share). */
+static inline int latent_kv_pages_for(int page_tokens, int n) { return (n + page_tokens - 1) / page_tokens; }
+static inline int latent_kv_full_pages(int page_tokens, int n) { return n / page_tokens; }
 /* Stores n F32 values at element `off` of a row (rounding under bf16). */
 void latent_kv_store(const latent_kv_pool *p, void *row, int off, const float *src, int n);
 /* Loads n values from element `off` of a row as F32. */
