@@ -179,6 +179,18 @@ static void unlink_gen(srv_ctx *x, srv_gen *g) {
 
 static void emit(srv_ctx *x, srv_gen *g);
 
+/* Backpressure: a stream with more than this many bytes its client has not
+ * read pauses its sessions' decoding (they keep their slots and pages) until
+ * the bytes have gone to the socket; memory per stream stays bounded. */
+#define STREAM_UNSENT_MAX (256 * 1024)
+
+static void set_paused(srv_ctx *x, srv_gen *g, int paused) {
+    g->paused = paused;
+    for (int i = 0; i < g->n_choices; i++)
+        if (g->choices[i].sess) srv_sched_pause(x->sched, g->choices[i].sess, paused);
+    if (paused) srv_conn_notify_drain(g->conn), srv_metrics_add(&x->metrics, SRV_C_STREAM_PAUSES, 1);
+}
+
 /* One SSE event for a choice with what it holds now: released text (the
  * prompt first, when echoing) and the logprobs of the tokens since its last
  * event; the last one carries finish_reason. Nothing when it holds nothing. */
@@ -433,6 +445,11 @@ static void emit(srv_ctx *x, srv_gen *g) {
     if (out.len) srv_conn_write(g->conn, out.p, out.len);
     if (g->complete) srv_conn_end(g->conn);
     srv_buf_free(&out);
+    if (!g->complete && !g->paused && srv_conn_unsent(g->conn) > STREAM_UNSENT_MAX) set_paused(x, g, 1);
+}
+
+void srv_gen_drained(srv_ctx *x, srv_gen *g) {
+    if (g->paused) set_paused(x, g, 0);
 }
 
 void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g) {

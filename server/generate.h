@@ -51,6 +51,7 @@ struct srv_gen {
     int aborted;
     int dirty;
     int failed;               /* answered with an error before generating */
+    int paused;               /* its client is not reading: sessions paused (backpressure) */
     int started;              /* sessions submitted */
     enum { TOK_NONE = 0, TOK_RUNNING, TOK_DONE } tok_state; /* prompts tokenizing on the thread pool */
     uv_work_t tok_work;

@@ -50,6 +50,7 @@ struct srv_conn {
     int suspended;
     int streaming, stream_end;
     int peer_gone, abort_told;
+    int want_drain;           /* on_drain when out empties */
     srv_buf out;
     size_t out_off;
     double t_write;
@@ -260,7 +261,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         size_t n = avail < max ? avail : max;
         memcpy(buf, c->out.p + c->out_off, n);
         c->out_off += n;
-        if (c->out_off == c->out.len) srv_buf_reset(&c->out), c->out_off = 0;
+        if (c->out_off == c->out.len) {
+            srv_buf_reset(&c->out), c->out_off = 0;
+            if (c->want_drain && c->h->cbs.on_drain) c->want_drain = 0, c->h->cbs.on_drain(c->h->ud, c);
+        }
         return (ssize_t)n;
     }
     if (c->stream_end) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -538,6 +542,9 @@ void srv_conn_write(srv_conn *c, const char *data, size_t n) {
     c->t_write = srv_now();
     srv_conn_wake(c);
 }
+
+size_t srv_conn_unsent(const srv_conn *c) { return c->out.len - c->out_off; }
+void srv_conn_notify_drain(srv_conn *c) { c->want_drain = 1; }
 
 void srv_conn_end(srv_conn *c) {
     c->stream_end = 1;

@@ -26,6 +26,7 @@ typedef struct srv_http_cbs {
     void (*on_request)(void *ud, srv_conn *c);
     void (*on_abort)(void *ud, srv_conn *c);
     void (*on_close)(void *ud, srv_conn *c);
+    void (*on_drain)(void *ud, srv_conn *c); /* a stream's unsent bytes went to the socket (srv_conn_notify_drain) */
 } srv_http_cbs;
 
 typedef struct srv_http_opts {
@@ -81,6 +82,10 @@ void srv_conn_stream_start(srv_conn *c, int status, const char *content_type);
 void srv_conn_wake(srv_conn *c);
 void srv_conn_write(srv_conn *c, const char *data, size_t n);
 void srv_conn_end(srv_conn *c);
+/* Bytes written to a stream that have not gone to the socket yet. */
+size_t srv_conn_unsent(const srv_conn *c);
+/* on_drain runs once when those bytes have all gone (then this must be called again). */
+void srv_conn_notify_drain(srv_conn *c);
 /* Seconds since the stream last got bytes. */
 double srv_conn_idle(const srv_conn *c);
 

@@ -27,6 +27,7 @@ static const struct {
     {"latentd_generation_tokens_total", "Tokens generated for clients."},
     {"latentd_rejected_total", "Requests refused with 429 because the queue was full."},
     {"latentd_cancelled_sequences_total", "Sequences stopped because their client went away."},
+    {"latentd_stream_pauses_total", "Times a stream's decoding paused because its client had not read 256 KiB already sent."},
 };
 
 void srv_metrics_init(srv_metrics *m) {

@@ -22,6 +22,7 @@ typedef enum {
     SRV_C_COMPLETION_TOKENS,  /* tokens generated and delivered */
     SRV_C_REJECTED,           /* 429s */
     SRV_C_CANCELLED,          /* sequences stopped because the client went away */
+    SRV_C_STREAM_PAUSES,      /* streams paused because their client did not read (backpressure) */
     SRV_C__COUNT
 } srv_counter_id;
 

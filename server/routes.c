@@ -221,6 +221,11 @@ void srv_routes_on_request(void *ud, srv_conn *c) {
     found->fn(x, c);
 }
 
+void srv_routes_on_drain(void *ud, srv_conn *c) {
+    srv_gen *g = srv_conn_data(c);
+    if (g) srv_gen_drained(ud, g);
+}
+
 void srv_routes_on_abort(void *ud, srv_conn *c) {
     srv_ctx *x = ud;
     srv_gen *g = srv_conn_data(c);

@@ -191,6 +191,14 @@ void srv_sched_cancel(srv_sched *s, srv_session *x) {
     pthread_mutex_unlock(&s->mu);
 }
 
+void srv_sched_pause(srv_sched *s, srv_session *x, int paused) {
+    if (atomic_exchange(&x->paused, paused) == paused || paused) return;
+    pthread_mutex_lock(&s->mu); /* resumed: the step thread may be waiting with nothing to run */
+    s->cancel_pending = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void srv_sched_release(srv_sched *s, srv_session *x) {
     pthread_mutex_lock(&s->mu);
     int running = x->finish == SRV_FINISH_NONE && x->refs > 1;
@@ -619,7 +627,7 @@ static int build_batch(srv_sched *s, int *rows_out, size_t *logit_rows_out) {
     size_t logit_rows = 1; /* one spare row for prompt logprobs */
     for (int i = 0; i < s->n_running; i++) {
         srv_session *x = s->running[i];
-        if (x->state != SRV_ST_DECODE) continue;
+        if (x->state != SRV_ST_DECODE || atomic_load(&x->paused)) continue; /* paused: its client is not reading */
         x->step_prefill = 0;
         s->entries[n++] = (latent_batch_entry){.seq = &x->seq, .tokens = &x->pending, .n_tokens = 1, .prompt = 0,
                                                .logits = LATENT_LOGITS_LAST, .user = x};
@@ -717,14 +725,19 @@ static void sample_and_publish(srv_sched *s) {
     for (int i = 0; i < s->n_samp; i++) take_token(s, s->samp[i], now);
 }
 
-static void run_step(srv_sched *s) {
-    if (GROW(s->entries, s->cap_entries, s->n_running) != 0 || GROW(s->samp, s->cap_samp, s->n_running) != 0) return;
+/* One engine step over the batch; returns the entries it ran (0: nothing to
+ * do, every running session paused or waiting). */
+static int run_step(srv_sched *s) {
+    if (GROW(s->entries, s->cap_entries, s->n_running) != 0 || GROW(s->samp, s->cap_samp, s->n_running) != 0) return 0;
     int rows;
     size_t logit_rows;
     int n = build_batch(s, &rows, &logit_rows);
-    if (n == 0) return;
+    if (n == 0) return 0;
     long off = place_logits(s, n, logit_rows);
-    if (off < 0) return fail_batch(s, n, "out of memory for logits");
+    if (off < 0) {
+        fail_batch(s, n, "out of memory for logits");
+        return n;
+    }
     int p0[n];
     for (int i = 0; i < n; i++) p0[i] = s->entries[i].seq->n_pos;
 
@@ -735,7 +748,8 @@ static void run_step(srv_sched *s) {
     if (rc != 0) { /* the engine changed nothing: the sessions end with its error */
         s->failed_steps++;
         srv_log(SRV_LOG_ERROR, "engine step of %d rows failed (%s): %s", rows, latent_err_name(err.code), err.msg);
-        return fail_batch(s, n, err.msg);
+        fail_batch(s, n, err.msg);
+        return n;
     }
     s->n_samp = 0;
     size_t next = (size_t)off;
@@ -745,6 +759,7 @@ static void run_step(srv_sched *s) {
         else x->logits = s->entries[i].out, s->samp[s->n_samp++] = x;
     }
     sample_and_publish(s);
+    return n;
 }
 
 /* ---- step thread: publishing ------------------------------------------------------ */
@@ -819,8 +834,7 @@ static void *step_main(void *arg) {
         admit(s);
         grow_reservations(s);
         compact_running(s);
-        int worked = s->n_running > 0;
-        if (worked) run_step(s);
+        int worked = s->n_running > 0 && run_step(s) > 0;
         compact_running(s);
 
         pthread_mutex_lock(&s->mu);

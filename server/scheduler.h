@@ -75,6 +75,9 @@ int srv_sched_submit(srv_sched *s, srv_session *leader);
 /* Asks the step thread to stop a session (it does within one step). */
 void srv_sched_cancel(srv_sched *s, srv_session *sess);
 /* The loop lets go of a session: cancels it if still running, drops the loop's reference. */
+/* Stops (paused 1) or resumes (0) the session's decoding: the loop pauses
+ * a stream whose client has not read what was already sent. */
+void srv_sched_pause(srv_sched *s, srv_session *x, int paused);
 void srv_sched_release(srv_sched *s, srv_session *sess);
 /* Moves the sessions with news into *list (grown as needed); each carries a
  * reference the caller drops with srv_sched_unref. Returns the count. */

@@ -80,6 +80,7 @@ struct srv_session {
     double t_admit;           /* when the session got a slot (0 = not yet) */
     int reused;               /* prompt tokens taken from the prefix cache */
     atomic_int cancel;        /* set by the loop; the step thread acts on it within a step */
+    atomic_int paused;        /* set by the loop while its client does not read: no decode steps */
 
     /* Step thread only. */
     srv_sess_state state;

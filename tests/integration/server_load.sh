@@ -17,6 +17,7 @@ for c in 1 8 32; do
     check "one event per token, $c streams" "$PY" "$client" events-per-token "$URL_A" $c
 done
 check "one event per token, 8 chat streams" "$PY" "$client" events-per-token "$URL_A" 8 1
+check "a stream whose client does not read pauses, then finishes" "$PY" "$client" backpressure "$URL_A"
 check "n > 1 forks the prompt state" "$PY" "$client" n-equal "$URL_A"
 check "malformed HTTP and JSON" "$PY" "$client" malformed "$URL_A"
 stop_server A

@@ -549,6 +549,42 @@ def cmd_events_per_token(url, clients="8", chat="0"):
     print("%d %s streams: %d tokens, one event each" % (clients, "chat" if chat else "completion", sum(counts)))
 
 
+def cmd_backpressure(url, n="8", max_tokens="1900"):
+    """A stream whose client stops reading: its decoding pauses (bounded
+    buffers, latentd_stream_pauses_total grows, the sampled-token count stops
+    well short of the total), then, once the client reads, it finishes whole."""
+    n, max_tokens = int(n), int(max_tokens)
+    u = urllib.parse.urlparse(url)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((u.hostname, u.port))
+    body = json.dumps({"prompt": "a", "n": n, "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
+                       "logprobs": 5, "temperature": 1.0, "seed": 3}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    sampled0 = get_metric(url, "latentd_sampled_tokens_total") or 0
+    time.sleep(3)  # not reading
+    sampled = (get_metric(url, "latentd_sampled_tokens_total") or 0) - sampled0
+    pauses = get_metric(url, "latentd_stream_pauses_total") or 0
+    if pauses < 1:
+        fail("no pause while the client did not read (%d tokens sampled)" % sampled)
+    if sampled >= n * max_tokens * 0.9:
+        fail("%d of %d tokens sampled while the client did not read" % (sampled, n * max_tokens))
+    s.settimeout(120)
+    data = b""
+    while not data.endswith(b"0\r\n\r\n"):
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    finished = data.count(b'"finish_reason":"length"')
+    if finished != n:
+        fail("after reading, %d of %d choices finished" % (finished, n))
+    print("paused %d time(s) with %d of %d tokens sampled; all %d choices finished once read" % (
+        pauses, sampled, n * max_tokens, n))
+
+
 def cmd_wait_idle(url):
     wait_idle(url)
     print("no session alive")
