@@ -20,7 +20,6 @@
 #include "http_framing.h"
 #include "log.h"
 
-#define MAX_HDRS 8
 #define LISTEN_BACKLOG 1024
 
 /* One TCP connection, from MHD's accept to its close. A uv_poll watches the
@@ -56,8 +55,8 @@ struct srv_conn {
     double t_write;
     srv_sock *sock;
     void *data;
-    char *hdr_k[MAX_HDRS], *hdr_v[MAX_HDRS];
-    int n_hdrs;
+    char **hdr_k, **hdr_v;    /* response headers the layer above added (grown as needed) */
+    int n_hdrs, cap_hdrs;
     srv_conn *prev, *next;
 };
 
@@ -171,6 +170,7 @@ static void free_conn(srv_conn *c) {
     srv_buf_free(&c->body);
     srv_buf_free(&c->out);
     for (int i = 0; i < c->n_hdrs; i++) free(c->hdr_k[i]), free(c->hdr_v[i]);
+    free(c->hdr_k), free(c->hdr_v);
     free(c->path);
     free(c);
 }
@@ -475,12 +475,24 @@ void srv_conn_set_data(srv_conn *c, void *data) { c->data = data; }
 void *srv_conn_data(const srv_conn *c) { return c->data; }
 double srv_conn_idle(const srv_conn *c) { return srv_now() - c->t_write; }
 
-void srv_conn_add_header(srv_conn *c, const char *name, const char *value) {
-    if (c->n_hdrs == MAX_HDRS) return;
-    c->hdr_k[c->n_hdrs] = strdup(name);
-    c->hdr_v[c->n_hdrs] = strdup(value);
-    if (c->hdr_k[c->n_hdrs] && c->hdr_v[c->n_hdrs]) c->n_hdrs++;
-    else free(c->hdr_k[c->n_hdrs]), free(c->hdr_v[c->n_hdrs]);
+int srv_conn_add_header(srv_conn *c, const char *name, const char *value) {
+    if (c->n_hdrs == c->cap_hdrs) {
+        int cap = c->cap_hdrs ? 2 * c->cap_hdrs : 8;
+        char **k = realloc(c->hdr_k, (size_t)cap * sizeof *k);
+        if (k) c->hdr_k = k;
+        char **v = k ? realloc(c->hdr_v, (size_t)cap * sizeof *v) : NULL;
+        if (v) c->hdr_v = v;
+        if (!k || !v) return -1;
+        c->cap_hdrs = cap;
+    }
+    char *kn = strdup(name), *vn = strdup(value);
+    if (!kn || !vn) {
+        free(kn), free(vn);
+        return -1;
+    }
+    c->hdr_k[c->n_hdrs] = kn, c->hdr_v[c->n_hdrs] = vn;
+    c->n_hdrs++;
+    return 0;
 }
 
 /* CORS: the Origin header is echoed when allowed ("*" allows any). */

@@ -69,7 +69,9 @@ void srv_conn_set_data(srv_conn *c, void *data);
 void *srv_conn_data(const srv_conn *c);
 
 /* Replies (inside on_request only). Headers added before a reply go with it. */
-void srv_conn_add_header(srv_conn *c, const char *name, const char *value);
+/* -1 when out of memory: the reply then goes without it (callers that
+ * cannot do without a header answer 500 instead). */
+int srv_conn_add_header(srv_conn *c, const char *name, const char *value);
 void srv_conn_reply(srv_conn *c, int status, const char *content_type, const char *body, size_t len);
 /* The error JSON; 429 and 503 carry Retry-After: retry_after. */
 void srv_conn_reply_error(srv_conn *c, const srv_error *e, int retry_after);

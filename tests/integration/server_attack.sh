@@ -58,6 +58,7 @@ stop_server C
 start_server D "$model" --max-connections 64 --max-connections-per-client 16 --timeout-seconds 60 || exit 1
 check "slowloris from one address: capped at 16, others served" "$PY" "$attack" slowloris "$URL_D" 200 16
 check "smuggling shapes: 400/501/413, connection closed, nothing smuggled served" "$PY" "$attack" smuggle "$URL_D"
+check "too many request headers: 431" "$PY" "$attack" header-flood "$URL_D"
 check "server still serves after the attacks" bash -c "[ \$(curl -s -m 30 -o /dev/null -w '%{http_code}' $URL_D/v1/completions -d '{\"prompt\":\"a\",\"max_tokens\":2}') = 200 ]"
 stop_server D
 [ "$STOP_RC" = 0 ] && ok "drained and exited 0 after the attacks" || fail "exit status after the attacks: $STOP_RC"

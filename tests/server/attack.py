@@ -188,5 +188,16 @@ def cmd_smuggle(url):
     print(f"{len(cases)} smuggling and framing shapes refused with their status, connection closed")
 
 
+def cmd_header_flood(url):
+    """2,000 request headers: 431, and the server goes on."""
+    h = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 50) for i in range(2000))
+    got, closed = exchange(url, b"GET /health HTTP/1.1\r\nHost: t\r\n" + h + b"\r\n")
+    if not got.startswith(b"HTTP/1.1 431"):
+        fail("2000 headers: %r" % got.split(b"\r\n", 1)[0])
+    if health_within(url, 5) is None:
+        fail("/health does not answer after the header flood")
+    print("2,000 request headers answered 431; the server goes on")
+
+
 if __name__ == "__main__":
     globals()["cmd_" + sys.argv[1].replace("-", "_")](*sys.argv[2:])
