@@ -178,6 +178,23 @@ static void unlink_gen(srv_ctx *x, srv_gen *g) {
 }
 
 static void emit(srv_ctx *x, srv_gen *g);
+static void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g);
+static void srv_gen_abort(srv_ctx *x, srv_gen *g);
+static void srv_gen_close(srv_ctx *x, srv_gen *g);
+static void srv_gen_drained(srv_ctx *x, srv_gen *g);
+
+/* The request's own callbacks on its connection (http.h, srv_conn_attach). */
+static void on_resume(void *ud, srv_conn *c, void *data) { srv_gen_resume(ud, c, data); }
+static void on_abort(void *ud, srv_conn *c, void *data) { srv_gen_abort(ud, data); }
+static void on_drain(void *ud, srv_conn *c, void *data) { srv_gen_drained(ud, data); }
+static void on_close(void *ud, srv_conn *c, void *data) { srv_gen_close(ud, data); }
+static const srv_conn_handler gen_handler = {on_resume, on_abort, on_drain, on_close};
+
+int srv_gen_usage(const srv_gen *g, int *prompt, int *completion) {
+    *prompt = g->prompt_tokens, *completion = 0;
+    for (int i = 0; i < g->n_choices; i++) *completion += g->choices[i].n_tokens;
+    return 0;
+}
 
 /* Backpressure: a stream with more than this many bytes its client has not
  * read pauses its sessions' decoding (they keep their slots and pages) until
@@ -289,7 +306,7 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
     g->created = (long long)time(NULL);
     snprintf(g->id, sizeof g->id, "%s-%016llx%s", chat ? "chatcmpl" : "cmpl", (unsigned long long)random_seed(), srv_conn_id(c));
     link_gen(x, g);
-    srv_conn_set_data(c, g);
+    srv_conn_attach(c, &gen_handler, g);
     size_t body_len;
     srv_conn_body(c, &body_len);
     if (body_len > ASYNC_BODY_BYTES) {
@@ -448,11 +465,11 @@ static void emit(srv_ctx *x, srv_gen *g) {
     if (!g->complete && !g->paused && srv_conn_unsent(g->conn) > STREAM_UNSENT_MAX) set_paused(x, g, 1);
 }
 
-void srv_gen_drained(srv_ctx *x, srv_gen *g) {
+static void srv_gen_drained(srv_ctx *x, srv_gen *g) {
     if (g->paused) set_paused(x, g, 0);
 }
 
-void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g) {
+static void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g) {
     if (g->tok_state == TOK_RUNNING) {
         if (g->err.kind != SRV_ERR_NONE) { /* drained while tokenizing */
             g->complete = 1;
@@ -592,7 +609,7 @@ void srv_gen_cancel_all(srv_ctx *x) {
     }
 }
 
-void srv_gen_abort(srv_ctx *x, srv_gen *g) {
+static void srv_gen_abort(srv_ctx *x, srv_gen *g) {
     g->aborted = 1;
     int live = 0;
     for (int i = 0; i < g->n_choices; i++)
@@ -601,7 +618,7 @@ void srv_gen_abort(srv_ctx *x, srv_gen *g) {
     g->complete = 1;
 }
 
-void srv_gen_close(srv_ctx *x, srv_gen *g) {
+static void srv_gen_close(srv_ctx *x, srv_gen *g) {
     if (!g->aborted && !g->failed) {
         int tokens = 0;
         for (int i = 0; i < g->n_choices; i++) tokens += g->choices[i].n_tokens;

@@ -55,6 +55,7 @@ struct srv_conn {
     double t_write;
     srv_sock *sock;
     void *data;
+    const srv_conn_handler *handler; /* attached by the request (srv_conn_attach) */
     char **hdr_k, **hdr_v;    /* response headers the layer above added (grown as needed) */
     int n_hdrs, cap_hdrs;
     srv_conn *prev, *next;
@@ -175,12 +176,11 @@ static void free_conn(srv_conn *c) {
     free(c);
 }
 
+static void tell_abort(srv_conn *c);
+
 static void conn_peer_gone(srv_conn *c) {
     c->peer_gone = 1;
-    if (!c->abort_told) {
-        c->abort_told = 1;
-        c->h->cbs.on_abort(c->h->ud, c);
-    }
+    tell_abort(c);
     srv_conn_wake(c);
 }
 
@@ -263,7 +263,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         c->out_off += n;
         if (c->out_off == c->out.len) {
             srv_buf_reset(&c->out), c->out_off = 0;
-            if (c->want_drain && c->h->cbs.on_drain) c->want_drain = 0, c->h->cbs.on_drain(c->h->ud, c);
+            if (c->want_drain && c->handler) c->want_drain = 0, c->handler->drain(c->h->ud, c, c->data);
         }
         return (ssize_t)n;
     }
@@ -333,7 +333,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         srv_conn_reply_error(c, &e, 0);
         return MHD_YES;
     }
-    h->cbs.on_request(h->ud, c);
+    if (c->handler) c->handler->resume(h->ud, c, c->data);
+    else h->cbs.on_request(h->ud, c);
     if (!c->replied && !c->suspended) {
         srv_error e;
         srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "no reply");
@@ -348,11 +349,9 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     if (!c) return;
     *con_cls = NULL;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) c->peer_gone = 1;
-    if (c->peer_gone && !c->abort_told) {
-        c->abort_told = 1;
-        h->cbs.on_abort(h->ud, c);
-    }
+    if (c->peer_gone) tell_abort(c);
     h->cbs.on_close(h->ud, c);
+    if (c->handler) c->handler->close(h->ud, c, c->data);
     if (c->prev) c->prev->next = c->next;
     else h->conns = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -471,8 +470,15 @@ const char *srv_conn_id(const srv_conn *c) { return c->id; }
 double srv_conn_started(const srv_conn *c) { return c->t_start; }
 int srv_conn_status(const srv_conn *c) { return c->status; }
 int srv_conn_aborted(const srv_conn *c) { return c->peer_gone; }
-void srv_conn_set_data(srv_conn *c, void *data) { c->data = data; }
 void *srv_conn_data(const srv_conn *c) { return c->data; }
+void srv_conn_attach(srv_conn *c, const srv_conn_handler *h, void *data) { c->handler = h, c->data = data; }
+
+static void tell_abort(srv_conn *c) {
+    if (c->abort_told) return;
+    c->abort_told = 1;
+    if (c->handler) c->handler->abort(c->h->ud, c, c->data);
+    else c->h->cbs.on_abort(c->h->ud, c);
+}
 double srv_conn_idle(const srv_conn *c) { return srv_now() - c->t_write; }
 
 int srv_conn_add_header(srv_conn *c, const char *name, const char *value) {

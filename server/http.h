@@ -26,7 +26,6 @@ typedef struct srv_http_cbs {
     void (*on_request)(void *ud, srv_conn *c);
     void (*on_abort)(void *ud, srv_conn *c);
     void (*on_close)(void *ud, srv_conn *c);
-    void (*on_drain)(void *ud, srv_conn *c); /* a stream's unsent bytes went to the socket (srv_conn_notify_drain) */
 } srv_http_cbs;
 
 typedef struct srv_http_opts {
@@ -65,8 +64,22 @@ const char *srv_conn_id(const srv_conn *c);
 double srv_conn_started(const srv_conn *c);
 int srv_conn_status(const srv_conn *c);   /* status sent (0 = none yet) */
 int srv_conn_aborted(const srv_conn *c);  /* the client went away */
-void srv_conn_set_data(srv_conn *c, void *data);
 void *srv_conn_data(const srv_conn *c);
+
+/* A request that goes on after on_request returned (it waits for the engine,
+ * or streams) attaches its own callbacks, as h2o attaches generators: from
+ * then on a wake runs `resume` (inside MHD, where replies may be queued)
+ * instead of the router, the client leaving runs `abort`, its unsent stream
+ * bytes going out runs `drain` (after srv_conn_notify_drain), and the end of
+ * the request runs `close` (after the on_close callback, which may still
+ * read data). */
+typedef struct srv_conn_handler {
+    void (*resume)(void *ud, srv_conn *c, void *data);
+    void (*abort)(void *ud, srv_conn *c, void *data);
+    void (*drain)(void *ud, srv_conn *c, void *data);
+    void (*close)(void *ud, srv_conn *c, void *data);
+} srv_conn_handler;
+void srv_conn_attach(srv_conn *c, const srv_conn_handler *h, void *data);
 
 /* Replies (inside on_request only). Headers added before a reply go with it. */
 /* -1 when out of memory: the reply then goes without it (callers that

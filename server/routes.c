@@ -185,11 +185,6 @@ static int authorized(srv_ctx *x, srv_conn *c) {
 
 void srv_routes_on_request(void *ud, srv_conn *c) {
     srv_ctx *x = ud;
-    srv_gen *g = srv_conn_data(c);
-    if (g) {
-        srv_gen_resume(x, c, g);
-        return;
-    }
     const char *path = srv_conn_path(c), *method = srv_conn_method(c);
     const route *found = NULL;
     for (int i = 0; i < N_ROUTES && !found; i++)
@@ -221,16 +216,7 @@ void srv_routes_on_request(void *ud, srv_conn *c) {
     found->fn(x, c);
 }
 
-void srv_routes_on_drain(void *ud, srv_conn *c) {
-    srv_gen *g = srv_conn_data(c);
-    if (g) srv_gen_drained(ud, g);
-}
-
-void srv_routes_on_abort(void *ud, srv_conn *c) {
-    srv_ctx *x = ud;
-    srv_gen *g = srv_conn_data(c);
-    if (g) srv_gen_abort(x, g);
-}
+void srv_routes_on_abort(void *ud, srv_conn *c) {} /* requests that wait attach their own (srv_conn_attach) */
 
 void srv_routes_on_close(void *ud, srv_conn *c) {
     srv_ctx *x = ud;
@@ -247,16 +233,11 @@ void srv_routes_on_close(void *ud, srv_conn *c) {
                               "path", path.p ? path.p : "", path.len, "status", status, "ms", ms);
         srv_buf_free(&path);
         srv_buf_free(&method);
-        if (f && g) {
-            int toks = 0;
-            for (int i = 0; i < g->n_choices; i++) toks += g->choices[i].n_tokens;
-            json_object_set_new(f, "prompt_tokens", json_integer(g->prompt_tokens));
-            json_object_set_new(f, "completion_tokens", json_integer(toks));
+        int prompt, completion;
+        if (f && g && srv_gen_usage(g, &prompt, &completion) == 0) {
+            json_object_set_new(f, "prompt_tokens", json_integer(prompt));
+            json_object_set_new(f, "completion_tokens", json_integer(completion));
         }
         srv_log_fields(SRV_LOG_INFO, "request", f);
-    }
-    if (g) {
-        srv_conn_set_data(c, NULL);
-        srv_gen_close(x, g);
     }
 }

@@ -53,17 +53,13 @@ void srv_routes_on_request(void *ud, srv_conn *c);
  * Retry-After on 429 and 503 (routes.c). */
 void srv_reply_error(srv_ctx *x, srv_conn *c, const srv_error *e);
 void srv_routes_on_abort(void *ud, srv_conn *c);
-void srv_routes_on_drain(void *ud, srv_conn *c);
 void srv_routes_on_close(void *ud, srv_conn *c);
 
 /* generate.c: completions and chat completions. */
 void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat);
-/* Resumed request: queue the finished response. */
-void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g);
-void srv_gen_abort(srv_ctx *x, srv_gen *g);
-/* The stream's client read what was buffered: its paused sessions go on. */
-void srv_gen_drained(srv_ctx *x, srv_gen *g);
-void srv_gen_close(srv_ctx *x, srv_gen *g);
+/* Prompt tokens and generated tokens of a generation request so far (the
+ * data a generation request attaches to its connection); 0. */
+int srv_gen_usage(const srv_gen *g, int *prompt, int *completion);
 /* The step thread published tokens (uv_async). */
 void srv_gen_on_wake(uv_async_t *a);
 /* Keep-alive comments for streams that have been quiet (uv_timer). */
