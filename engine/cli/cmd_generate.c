@@ -27,46 +27,63 @@ static int is_eos(const latent_config *c, int32_t id) {
     return 0;
 }
 
-int cmd_generate(int argc, char **argv) {
-    const char *dir = NULL, *prompt = NULL, *v;
-    long n_gen = 64, seed = 0, top_k = 0;
-    double temperature = 0, top_p = 1;
-    int print_ids = 0;
-    latent_engine_opts eo = {0};
-    const char *kv_setting = "auto";
+typedef struct {
+    const char *dir, *prompt, *kv_setting;
+    long n_gen, seed, top_k;
+    double temperature, top_p;
+    int print_ids;
+    latent_engine_opts eo;
+} gen_args;
+
+/* 0 to run, 1 when --help printed, 2 (cli_fail's code) on bad usage. */
+static int parse_args(int argc, char **argv, gen_args *a) {
+    const char *v;
+    *a = (gen_args){.kv_setting = "auto", .n_gen = 64, .top_p = 1};
     for (int i = 1; i < argc; i++) {
-        if (cli_precision_opt(argc, argv, &i, &eo) || cli_opt(argc, argv, &i, "--kv-dtype", &kv_setting)) continue;
+        if (cli_precision_opt(argc, argv, &i, &a->eo) || cli_opt(argc, argv, &i, "--kv-dtype", &a->kv_setting)) continue;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
-            return 0;
+            return 1;
         }
-        if (!strcmp(argv[i], "--ids")) { print_ids = 1; continue; }
-        if (cli_opt(argc, argv, &i, "--model", &dir) || cli_opt(argc, argv, &i, "--prompt", &prompt)) continue;
+        if (!strcmp(argv[i], "--ids")) { a->print_ids = 1; continue; }
+        if (cli_opt(argc, argv, &i, "--model", &a->dir) || cli_opt(argc, argv, &i, "--prompt", &a->prompt)) continue;
         if (cli_opt(argc, argv, &i, "-n", &v) || cli_opt(argc, argv, &i, "--max-tokens", &v)) {
-            if (cli_parse_long(v, 0, 1L << 24, &n_gen) != 0) return cli_fail("generate: -n must be a non-negative integer (got '%s')", v);
+            if (cli_parse_long(v, 0, 1L << 24, &a->n_gen) != 0) return cli_fail("generate: -n must be a non-negative integer (got '%s')", v);
             continue;
         }
         if (cli_opt(argc, argv, &i, "--temperature", &v)) {
-            if (cli_parse_double(v, 0, 100, &temperature) != 0) return cli_fail("generate: --temperature must be a number from 0 to 100 (got '%s')", v);
+            if (cli_parse_double(v, 0, 100, &a->temperature) != 0) return cli_fail("generate: --temperature must be a number from 0 to 100 (got '%s')", v);
             continue;
         }
         if (cli_opt(argc, argv, &i, "--top-p", &v)) {
-            if (cli_parse_double(v, 0, 1, &top_p) != 0) return cli_fail("generate: --top-p must be a number from 0 to 1 (got '%s')", v);
+            if (cli_parse_double(v, 0, 1, &a->top_p) != 0) return cli_fail("generate: --top-p must be a number from 0 to 1 (got '%s')", v);
             continue;
         }
         if (cli_opt(argc, argv, &i, "--top-k", &v)) {
-            if (cli_parse_long(v, 0, 1L << 30, &top_k) != 0) return cli_fail("generate: --top-k must be a non-negative integer (got '%s')", v);
+            if (cli_parse_long(v, 0, 1L << 30, &a->top_k) != 0) return cli_fail("generate: --top-k must be a non-negative integer (got '%s')", v);
             continue;
         }
         if (cli_opt(argc, argv, &i, "--seed", &v)) {
-            if (cli_parse_long(v, 0, __LONG_MAX__, &seed) != 0) return cli_fail("generate: --seed must be a non-negative integer (got '%s')", v);
+            if (cli_parse_long(v, 0, __LONG_MAX__, &a->seed) != 0) return cli_fail("generate: --seed must be a non-negative integer (got '%s')", v);
             continue;
         }
         fputs(help, stderr);
         return cli_fail("generate: unknown option '%s'", argv[i]);
     }
-    if (!dir) return cli_fail("generate: --model DIR is required");
-    if (!prompt) return cli_fail("generate: --prompt TEXT is required");
+    if (!a->dir) return cli_fail("generate: --model DIR is required");
+    if (!a->prompt) return cli_fail("generate: --prompt TEXT is required");
+    return 0;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc) return prc == 1 ? 0 : prc;
+    const char *dir = a.dir, *prompt = a.prompt, *kv_setting = a.kv_setting;
+    long n_gen = a.n_gen, seed = a.seed, top_k = a.top_k;
+    double temperature = a.temperature, top_p = a.top_p;
+    int print_ids = a.print_ids;
+    latent_engine_opts eo = a.eo;
 
     latent_model m = {0};
     latent_err err;
