@@ -17,6 +17,13 @@ for c in 1 8 32; do
     check "one event per token, $c streams" "$PY" "$client" events-per-token "$URL_A" $c
 done
 check "one event per token, 8 chat streams" "$PY" "$client" events-per-token "$URL_A" 8 1
+check "curl -N: one event per token" bash -c "curl -sN -m 60 $URL_A/v1/completions -d '{\"prompt\":\"hello\",\"max_tokens\":32,\"ignore_eos\":true,\"stream\":true,\"logprobs\":1,\"stream_options\":{\"include_usage\":true}}' |
+    $PY -c 'import json,sys
+evs=[json.loads(l[6:]) for l in sys.stdin if l.startswith(\"data: {\")]
+n=[len((e[\"choices\"][0].get(\"logprobs\") or {}).get(\"tokens\") or []) for e in evs if e.get(\"choices\")]
+u=[e[\"usage\"] for e in evs if e.get(\"usage\")][0]
+assert max(n) == 1 and sum(n) == u[\"completion_tokens\"] == 32, (n, u)
+print(sum(n), \"events\")'"
 check "a stream whose client does not read pauses, then finishes" "$PY" "$client" backpressure "$URL_A"
 check "n > 1 forks the prompt state" "$PY" "$client" n-equal "$URL_A"
 check "malformed HTTP and JSON" "$PY" "$client" malformed "$URL_A"

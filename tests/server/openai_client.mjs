@@ -46,6 +46,25 @@ await check("completions stream equals non-stream; include_usage", async () => {
   eq(finish, "length", "finish_reason");
 });
 
+await check("one chunk per token: 1 and 8 concurrent streams, logprobs", async () => {
+  const one = async (i) => {
+    const stream = await client.completions.create({ ...greedy, temperature: 0.8, seed: i, prompt: `word ${i}`, logprobs: 1,
+      stream: true, stream_options: { include_usage: true } });
+    let chunks = 0, usage = null, finish = null;
+    for await (const c of stream) {
+      if (c.usage) { usage = c.usage; continue; }
+      const n = (c.choices[0].logprobs?.tokens ?? []).length;
+      assert(n <= 1, `a chunk carries ${n} tokens`);
+      chunks += n;
+      finish = c.choices[0].finish_reason ?? finish;
+    }
+    assert(usage && chunks === usage.completion_tokens, `${chunks} token chunks for ${usage && usage.completion_tokens} tokens`);
+    return chunks;
+  };
+  const counts = [await one(0), ...(await Promise.all([1, 2, 3, 4, 5, 6, 7, 8].map(one)))];
+  return `${counts.reduce((a, b) => a + b, 0)} tokens in as many chunks`;
+});
+
 await check("chat.completions.create", async () => {
   const r = await client.chat.completions.create({ ...greedy, max_tokens: undefined, max_completion_tokens: 12,
     messages: [{ role: "system", content: "You are terse." }, { role: "user", content: "Say something." }] });
