@@ -310,34 +310,148 @@ static double eval_loss(latent_trainer *t, const latent_tokens *ev, int B, int T
     return sum / n_batches;
 }
 
+/* One line of train.jsonl for the step just taken. */
+static void log_step(FILE *log, const latent_train_state *st, double loss, double ev_loss, double lr, double gn, double tps,
+                     int mode, const latent_gate_stats *gs) {
+    fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"eval_loss\": ", (long long)st->step, loss);
+    if (isnan(ev_loss)) fprintf(log, "null");
+    else fprintf(log, "%.9g", ev_loss);
+    fprintf(log, ", \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f", lr, gn, tps);
+    if (mode == LATENT_TRAIN_JACOBI)
+        fprintf(log, ", \"tanh_gamma_rec\": %.6g, \"tanh_gamma_cur\": %.6g, \"gate_rec\": %.6g, \"gate_cur\": %.6g",
+                gs->tanh_gamma_rec, gs->tanh_gamma_cur, gs->gate_rec, gs->gate_cur);
+    if (mode == LATENT_TRAIN_LRT)
+        fprintf(log, ", \"alpha\": %.6g, \"gamma\": %.6g, \"gate_loc\": %.6g, \"gate_fb\": %.6g", gs->alpha, gs->gamma,
+                gs->gate_loc, gs->gate_fb);
+    fprintf(log, "}\n");
+    fflush(log);
+}
+
+/* The progress line: a bar on a terminal, one line per step otherwise. */
+static void print_progress(int tty, const latent_train_state *st, long steps, double loss, double lr, double gn, double tps,
+                           double avg, double ev_loss) {
+    char eta[32];
+    fmt_time(eta, sizeof eta, avg * (steps - st->step));
+    if (tty) {
+        int width = 24, filled = (int)(width * st->step / steps);
+        char bar[32];
+        for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+        bar[width] = 0;
+        printf("\r\033[K[%s] step %lld/%ld loss %.4f lr %.2e %.0f tok/s ETA %s", bar, (long long)st->step, steps, loss, lr,
+               tps, eta);
+        if (!isnan(ev_loss)) printf("\n  eval loss %.4f\n", ev_loss);
+    } else {
+        printf("step %lld/%ld loss %.6f lr %.3e grad_norm %.4f tok/s %.0f eta %s", (long long)st->step, steps, loss, lr, gn,
+               tps, eta);
+        if (!isnan(ev_loss)) printf(" eval_loss %.6f", ev_loss);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+/* Where the run starts: OUT/latest under --resume when it exists (ckpt set,
+ * returns 1), else --model (0); -1 (usage error printed) when OUT already
+ * holds checkpoints a fresh run would overwrite, or no model is given. */
+static int find_start(const train_args *a, char *ckpt, size_t cap) {
+    char latest[4096];
+    snprintf(latest, sizeof latest, "%s/latest", a->out);
+    struct stat st;
+    if (a->resume) {
+        if (stat(latest, &st) == 0 && S_ISDIR(st.st_mode)) {
+            snprintf(ckpt, cap, "%s", latest);
+            return 1;
+        }
+        fprintf(stderr, "latent train: %s has no checkpoint yet; starting from --model\n", a->out);
+    }
+    if (!a->model) return cli_fail("train: --model DIR is required"), -1;
+    if (lstat(latest, &st) == 0)
+        return cli_fail("train: %s already holds checkpoints (%s); pass --resume to continue them or choose another --out",
+                        a->out, latest), -1;
+    return 0;
+}
+
+/* What the run is, printed before the first step. */
+static void print_banner(const train_args *a, const latent_model *m, const char *model_dir, int mode, latent_trainer *t,
+                         const latent_weights *g, const latent_tokens *data) {
+    int64_t n_params = 0;
+    for (int i = 0; i < m->w.n_params; i++) n_params += m->w.params[i].numel;
+    printf("latent train: %s, %.2fM parameters, mode %s", model_dir, n_params / 1e6, mode_name(mode));
+    if (mode == LATENT_TRAIN_JACOBI) printf(" (D=%ld, B=%ld)", a->D, a->K);
+    if (mode == LATENT_TRAIN_LRT) printf(" (S=%ld)", a->S);
+    printf(", batch %ld x seq %ld, %d threads, OpenBLAS %s\n", a->batch, a->seq, latent_get_threads(),
+           openblas_get_corename());
+    printf("latent train: activations %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB; data %s (%lld tokens%s%s%s)\n",
+           latent_trainer_activation_bytes(t) / 1048576.0, g->slab_floats * 4.0 / 1048576.0,
+           a->o.adamw ? 2 * g->slab_floats * 4.0 / 1048576.0 : 0.0, a->data, (long long)data->n,
+           data->mask ? ", mask" : "", data->labels ? ", labels" : "", data->flow ? ", flow" : "");
+}
+
+/* The optimizer state and step of a resumed run, or OUT created for a fresh
+ * one; then OUT/train.jsonl opened (a resumed run's cut back to its step).
+ * 0, or the exit code after printing why. */
+static int prepare_out(const train_args *a, int resuming, const char *ckpt, latent_optim *opt, latent_train_state *st,
+                       FILE **log) {
+    latent_err err;
+    if (resuming) {
+        if (latent_ckpt_load_state(ckpt, opt, st, &err) != 0) return cli_fail("train: %s", err.msg);
+        if (st->seed != (uint64_t)a->seed)
+            fprintf(stderr, "latent train: the checkpoint was trained with --seed %llu; continuing with it\n",
+                    (unsigned long long)st->seed);
+    } else if (mkdir(a->out, 0755) != 0 && errno != EEXIST) {
+        return cli_fail("train: cannot create %s: %s", a->out, strerror(errno));
+    }
+    char logpath[4096];
+    snprintf(logpath, sizeof logpath, "%s/train.jsonl", a->out);
+    if (resuming) trim_log(logpath, st->step);
+    else unlink(logpath);
+    if (!(*log = fopen(logpath, "a"))) return cli_fail("train: cannot open %s: %s", logpath, strerror(errno));
+    return 0;
+}
+
+/* The training mode: --mode, else the model's kind. */
+static int train_mode(const train_args *a, const latent_config *c) {
+    if (a->mode >= 0) return a->mode;
+    return c->rec == LATENT_REC_T2MLR ? LATENT_TRAIN_JACOBI : c->rec == LATENT_REC_LRT ? LATENT_TRAIN_LRT : LATENT_TRAIN_PLAIN;
+}
+
+/* The checkpoint when due (every --save-every steps, and at the last step or
+ * a signal), then the stop a signal asked for. 0 to go on, else the exit code
+ * (130 for a signal, after its checkpoint). */
+static int save_and_maybe_stop(const train_args *a, const latent_model *m, const latent_optim *opt,
+                               const latent_train_state *st, const char *tok_dir, int last, int stop, int tty) {
+    latent_err err;
+    if (last || (a->save_every && st->step % a->save_every == 0)) {
+        if (latent_ckpt_save(a->out, m, opt, st, tok_dir, (int)a->keep, &err) != 0)
+            return cli_fail("train: checkpoint: %s", err.msg);
+        if (!tty) printf("saved %s/step-%08lld\n", a->out, (long long)st->step);
+    }
+    if (!stop) return 0;
+    fprintf(stderr, "\nlatent train: stopped by signal %d after step %lld (checkpoint saved)\n", (int)g_stop,
+            (long long)st->step);
+    return 130;
+}
+
+static void print_done(const train_args *a, const latent_train_state *st, double t_start) {
+    char el[32];
+    fmt_time(el, sizeof el, now_s() - t_start);
+    printf("latent train: done, step %lld, loss %.6f, %s; model in %s/latest\n", (long long)st->step, st->last_loss, el,
+           a->out);
+}
+
 int cmd_train(int argc, char **argv) {
     train_args a;
     if (parse_args(argc, argv, &a) != 0) return 2;
     if (a.threads) latent_set_threads((int)a.threads);
     if (a.bench) return bench(&a);
-    if (!a.out) return cli_fail("train: --out DIR is required (see latent train --help)");
-    if (!a.data) return cli_fail("train: --data FILE.bin is required");
-    if (a.D < 1) return cli_fail("train: --jacobi-iters must be >= 1");
+    if (!a.out || !a.data || a.D < 1)
+        return cli_fail(!a.out ? "train: --out DIR is required (see latent train --help)"
+                        : !a.data ? "train: --data FILE.bin is required" : "train: --jacobi-iters must be >= 1");
 
     latent_err err;
-    char ckpt[4096] = "", latest[4096];
-    snprintf(latest, sizeof latest, "%s/latest", a.out);
-    int resuming = 0;
+    char ckpt[4096] = "";
     latent_ckpt_clean_stale(a.out);
-    if (a.resume) {
-        struct stat st;
-        if (stat(latest, &st) == 0 && S_ISDIR(st.st_mode)) {
-            snprintf(ckpt, sizeof ckpt, "%s", latest);
-            resuming = 1;
-        } else {
-            fprintf(stderr, "latent train: %s has no checkpoint yet; starting from --model\n", a.out);
-        }
-    }
-    if (!resuming && !a.model) return cli_fail("train: --model DIR is required");
-    struct stat lst;
-    if (!resuming && lstat(latest, &lst) == 0)
-        return cli_fail("train: %s already holds checkpoints (%s); pass --resume to continue them or choose another --out",
-                        a.out, latest);
+    int resuming = find_start(&a, ckpt, sizeof ckpt);
+    if (resuming < 0) return 2;
     const char *model_dir = resuming ? ckpt : a.model;
     latent_model m;
     if (latent_model_load(&m, model_dir, &err) != 0) return cli_fail("train: %s", err.msg);
@@ -346,19 +460,13 @@ int cmd_train(int argc, char **argv) {
         latent_model_free(&m);
         return cli_fail("train: --seq %ld exceeds the model's max_position_embeddings (%d)", a.seq, c->max_pos);
     }
-    int mode = a.mode >= 0 ? a.mode
-               : c->rec == LATENT_REC_T2MLR ? LATENT_TRAIN_JACOBI
-               : c->rec == LATENT_REC_LRT ? LATENT_TRAIN_LRT
-                                          : LATENT_TRAIN_PLAIN;
+    int mode = train_mode(&a, c);
 
-    latent_tokens data, ev;
-    memset(&ev, 0, sizeof ev);
+    latent_tokens data, ev = {0};
     int rc = 1;
     latent_trainer *t = NULL;
-    latent_weights g;
-    latent_optim opt;
-    memset(&g, 0, sizeof g);
-    memset(&opt, 0, sizeof opt);
+    latent_weights g = {0};
+    latent_optim opt = {0};
     FILE *log = NULL;
     int32_t *tok = NULL, *tgt = NULL;
     uint8_t *mask = NULL, *flow = NULL;
@@ -379,26 +487,8 @@ int cmd_train(int argc, char **argv) {
     if (mode == LATENT_TRAIN_PLAIN)
         for (int i = 0; i < m.w.n_params; i++) opt.frozen[i] = latent_param_is_recurrent(m.w.params[i].name);
     latent_train_state st = {0, (uint64_t)a.seed, 0};
-    if (resuming) {
-        if (latent_ckpt_load_state(ckpt, &opt, &st, &err) != 0) {
-            rc = cli_fail("train: %s", err.msg);
-            goto done;
-        }
-        if (st.seed != (uint64_t)a.seed)
-            fprintf(stderr, "latent train: the checkpoint was trained with --seed %llu; continuing with it\n",
-                    (unsigned long long)st.seed);
-    } else if (mkdir(a.out, 0755) != 0 && errno != EEXIST) {
-        rc = cli_fail("train: cannot create %s: %s", a.out, strerror(errno));
-        goto done;
-    }
-    char logpath[4096];
-    snprintf(logpath, sizeof logpath, "%s/train.jsonl", a.out);
-    if (resuming) trim_log(logpath, st.step);
-    else unlink(logpath);
-    if (!(log = fopen(logpath, "a"))) {
-        rc = cli_fail("train: cannot open %s: %s", logpath, strerror(errno));
-        goto done;
-    }
+    if ((rc = prepare_out(&a, resuming, ckpt, &opt, &st, &log)) != 0) goto done;
+    rc = 1;
     size_t N = (size_t)a.batch * a.seq;
     tok = malloc(N * sizeof(int32_t)), tgt = malloc(N * sizeof(int32_t)), mask = malloc(N), flow = malloc(N);
     if (!tok || !tgt || !mask || !flow) {
@@ -406,17 +496,7 @@ int cmd_train(int argc, char **argv) {
         goto done;
     }
     latent_train_batch batch = {tok, tgt, mask, flow};
-    int64_t n_params = 0;
-    for (int i = 0; i < m.w.n_params; i++) n_params += m.w.params[i].numel;
-    printf("latent train: %s, %.2fM parameters, mode %s", model_dir, n_params / 1e6, mode_name(mode));
-    if (mode == LATENT_TRAIN_JACOBI) printf(" (D=%ld, B=%ld)", a.D, a.K);
-    if (mode == LATENT_TRAIN_LRT) printf(" (S=%ld)", a.S);
-    printf(", batch %ld x seq %ld, %d threads, OpenBLAS %s\n", a.batch, a.seq, latent_get_threads(),
-           openblas_get_corename());
-    printf("latent train: activations %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB; data %s (%lld tokens%s%s%s)\n",
-           latent_trainer_activation_bytes(t) / 1048576.0, g.slab_floats * 4.0 / 1048576.0,
-           a.o.adamw ? 2 * g.slab_floats * 4.0 / 1048576.0 : 0.0, a.data, (long long)data.n,
-           data.mask ? ", mask" : "", data.labels ? ", labels" : "", data.flow ? ", flow" : "");
+    print_banner(&a, &m, model_dir, mode, t, &g, &data);
     if (resuming) printf("latent train: resuming from %s at step %lld\n", ckpt, (long long)st.step);
     fflush(stdout);
 
@@ -455,60 +535,16 @@ int cmd_train(int argc, char **argv) {
                 break;
             }
         }
-        fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"eval_loss\": ", (long long)st.step, loss);
-        if (isnan(ev_loss)) fprintf(log, "null");
-        else fprintf(log, "%.9g", ev_loss);
-        fprintf(log, ", \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f", lr, gn, tps);
-        if (mode == LATENT_TRAIN_JACOBI)
-            fprintf(log, ", \"tanh_gamma_rec\": %.6g, \"tanh_gamma_cur\": %.6g, \"gate_rec\": %.6g, \"gate_cur\": %.6g",
-                    gs.tanh_gamma_rec, gs.tanh_gamma_cur, gs.gate_rec, gs.gate_cur);
-        if (mode == LATENT_TRAIN_LRT)
-            fprintf(log, ", \"alpha\": %.6g, \"gamma\": %.6g, \"gate_loc\": %.6g, \"gate_fb\": %.6g", gs.alpha,
-                    gs.gamma, gs.gate_loc, gs.gate_fb);
-        fprintf(log, "}\n");
-        fflush(log);
-        char eta[32];
-        fmt_time(eta, sizeof eta, avg * (a.steps - st.step));
-        if (tty) {
-            int width = 24, filled = (int)(width * st.step / a.steps);
-            char bar[32];
-            for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
-            bar[width] = 0;
-            printf("\r\033[K[%s] step %lld/%ld loss %.4f lr %.2e %.0f tok/s ETA %s", bar, (long long)st.step, a.steps,
-                   loss, lr, tps, eta);
-            if (!isnan(ev_loss)) printf("\n  eval loss %.4f\n", ev_loss);
-        } else {
-            printf("step %lld/%ld loss %.6f lr %.3e grad_norm %.4f tok/s %.0f eta %s", (long long)st.step, a.steps,
-                   loss, lr, gn, tps, eta);
-            if (!isnan(ev_loss)) printf(" eval_loss %.6f", ev_loss);
-            printf("\n");
-        }
-        fflush(stdout);
+        log_step(log, &st, loss, ev_loss, lr, gn, tps, mode, &gs);
+        print_progress(tty, &st, a.steps, loss, lr, gn, tps, avg, ev_loss);
         if (!isfinite(loss)) {
             rc = cli_fail("train: the loss is %g at step %lld; stopping (try a smaller --lr)", loss, (long long)st.step);
             break;
         }
-        if (last || (a.save_every && st.step % a.save_every == 0)) {
-            if (latent_ckpt_save(a.out, &m, &opt, &st, tok_dir, (int)a.keep, &err) != 0) {
-                rc = cli_fail("train: checkpoint: %s", err.msg);
-                break;
-            }
-            if (!tty) printf("saved %s/step-%08lld\n", a.out, (long long)st.step);
-        }
-        if (stop) {
-            fprintf(stderr, "\nlatent train: stopped by signal %d after step %lld (checkpoint saved)\n", (int)g_stop,
-                    (long long)st.step);
-            rc = 130;
-            break;
-        }
+        if ((rc = save_and_maybe_stop(&a, &m, &opt, &st, tok_dir, last, stop, tty)) != 0) break;
     }
     if (tty) printf("\n");
-    if (rc == 0) {
-        char el[32];
-        fmt_time(el, sizeof el, now_s() - t_start);
-        printf("latent train: done, step %lld, loss %.6f, %s; model in %s/latest\n", (long long)st.step, st.last_loss,
-               el, a.out);
-    }
+    if (rc == 0) print_done(&a, &st, t_start);
 done:
     if (log) fclose(log);
     free(tok), free(tgt), free(mask), free(flow);
