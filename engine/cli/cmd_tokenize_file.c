@@ -101,55 +101,79 @@ static void progress(uint64_t done, uint64_t total, uint64_t ids, double t0, int
     }
 }
 
-int cmd_tokenize_file(int argc, char **argv) {
-    const char *dir = NULL, *in_path = NULL, *out_path = NULL;
-    int eos_lines = 0;
-    long block_bytes = 1 << 20;
+typedef struct {
+    const char *dir, *in_path, *out_path;
+    int eos_lines;
+    long block_bytes;
+} tf_args;
+
+/* 0 to run, 1 when --help printed, 2 (cli_fail's code) on bad usage. */
+static int parse_args(int argc, char **argv, tf_args *a) {
     const char *v;
+    *a = (tf_args){.block_bytes = 1 << 20};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
-            return 0;
+            return 1;
         }
-        if (!strcmp(argv[i], "--eos-between-lines")) { eos_lines = 1; continue; }
+        if (!strcmp(argv[i], "--eos-between-lines")) { a->eos_lines = 1; continue; }
         if (cli_opt(argc, argv, &i, "--block-bytes", &v)) {
-            if (cli_parse_long(v, 16, 1L << 30, &block_bytes) != 0) return cli_fail("tokenize-file: --block-bytes must be an integer from 16 to 2^30");
+            if (cli_parse_long(v, 16, 1L << 30, &a->block_bytes) != 0) return cli_fail("tokenize-file: --block-bytes must be an integer from 16 to 2^30");
             continue;
         }
-        if (cli_opt(argc, argv, &i, "--model", &dir) || cli_opt(argc, argv, &i, "--in", &in_path) ||
-            cli_opt(argc, argv, &i, "--out", &out_path))
+        if (cli_opt(argc, argv, &i, "--model", &a->dir) || cli_opt(argc, argv, &i, "--in", &a->in_path) ||
+            cli_opt(argc, argv, &i, "--out", &a->out_path))
             continue;
         fputs(help, stderr);
         return cli_fail("tokenize-file: unknown option '%s'", argv[i]);
     }
-    if (!dir) return cli_fail("tokenize-file: --model DIR is required");
-    if (!in_path) return cli_fail("tokenize-file: --in TEXT is required");
-    if (!out_path) return cli_fail("tokenize-file: --out FILE.bin is required");
+    if (!a->dir) return cli_fail("tokenize-file: --model DIR is required");
+    if (!a->in_path) return cli_fail("tokenize-file: --in TEXT is required");
+    if (!a->out_path) return cli_fail("tokenize-file: --out FILE.bin is required");
+    return 0;
+}
 
+/* DIR/tokenizer.json, and the end-of-sequence id from DIR/config.json that
+ * --eos-between-lines needs. 0, or the exit code after printing why. */
+static int load_tokenizer(const tf_args *a, latent_tokenizer **tok, int32_t *eos) {
     latent_err err;
-    size_t pn = strlen(dir) + 32;
+    size_t pn = strlen(a->dir) + 32;
     char *p = malloc(pn);
     if (!p) return cli_fail("tokenize-file: out of memory");
     latent_config cfg;
-    snprintf(p, pn, "%s/config.json", dir);
+    snprintf(p, pn, "%s/config.json", a->dir);
     int have_cfg = latent_config_load(p, &cfg, &err) == 0;
-    if (!have_cfg && eos_lines) {
+    if (!have_cfg && a->eos_lines) {
         free(p);
-        cli_fail("tokenize-file: --eos-between-lines needs the eos_token_id of %s/config.json: %s", dir, err.msg);
+        cli_fail("tokenize-file: --eos-between-lines needs the eos_token_id of %s/config.json: %s", a->dir, err.msg);
         return 1;
     }
-    snprintf(p, pn, "%s/tokenizer.json", dir);
-    latent_tokenizer *tok = latent_tokenizer_load(p, &err);
+    snprintf(p, pn, "%s/tokenizer.json", a->dir);
+    *tok = latent_tokenizer_load(p, &err);
     free(p);
-    if (!tok) {
+    if (!*tok) {
         cli_fail("tokenize-file: %s", err.msg);
         return 1;
     }
-    int32_t eos = have_cfg ? cfg.eos_id : -1;
-    if (eos_lines && eos < 0) {
-        latent_tokenizer_free(tok);
-        return cli_fail("tokenize-file: %s/config.json has no eos_token_id for --eos-between-lines", dir);
+    *eos = have_cfg ? cfg.eos_id : -1;
+    if (a->eos_lines && *eos < 0) {
+        latent_tokenizer_free(*tok);
+        return cli_fail("tokenize-file: %s/config.json has no eos_token_id for --eos-between-lines", a->dir);
     }
+    return 0;
+}
+
+int cmd_tokenize_file(int argc, char **argv) {
+    tf_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc) return prc == 1 ? 0 : prc;
+    const char *in_path = a.in_path, *out_path = a.out_path;
+    int eos_lines = a.eos_lines;
+    long block_bytes = a.block_bytes;
+    latent_tokenizer *tok = NULL;
+    int32_t eos = -1;
+    int lrc = load_tokenizer(&a, &tok, &eos);
+    if (lrc) return lrc;
 
     int rc = 1;
     FILE *in = fopen(in_path, "rb");
