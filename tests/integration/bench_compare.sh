@@ -50,7 +50,9 @@ m = re.search(r"^per-token overhead A/B: per-token decode time ratio ([0-9.]+), 
 assert m, "no ratio line"
 r, lo, hi, med = map(float, m.groups())
 assert 0 < lo <= r <= hi, (lo, r, hi)
-assert med > 0
+# the median inter-token ratio may be 0: one event per token, and on these tiny
+# models several events often arrive in one read (a gap of 0 ms)
+assert med >= 0
 # the ratio is the one of the two per-token times printed above it
 t = [float(x) for x in re.findall(r"^  per-token decode time: ([0-9.]+) ms \([0-9.]+ s from first to last chunk over "
                                    r"[1-9]\d* tokens\)$", text, re.M)]
