@@ -163,11 +163,11 @@ endef
 
 build/fuzz/fuzz_request: $(FUZZ_SRC_request) $(wildcard server/*.h include/latent/*.h) | $(TEST_STAMP)
 	$(FUZZ_LINK)
-build/fuzz/fuzz_tokenizer: $(FUZZ_SRC_tokenizer) $(wildcard include/latent/*.h engine/*.h) | $(TEST_STAMP)
+build/fuzz/fuzz_tokenizer: $(FUZZ_SRC_tokenizer) $(wildcard include/latent/*.h engine/*.h tests/fuzz/*.h) | $(TEST_STAMP)
 	$(FUZZ_LINK)
-build/fuzz/fuzz_safetensors: $(FUZZ_SRC_safetensors) $(wildcard include/latent/*.h engine/*.h) | $(TEST_STAMP)
+build/fuzz/fuzz_safetensors: $(FUZZ_SRC_safetensors) $(wildcard include/latent/*.h engine/*.h tests/fuzz/*.h) | $(TEST_STAMP)
 	$(FUZZ_LINK)
-build/fuzz/fuzz_config: $(FUZZ_SRC_config) $(wildcard include/latent/*.h engine/*.h) | $(TEST_STAMP)
+build/fuzz/fuzz_config: $(FUZZ_SRC_config) $(wildcard include/latent/*.h engine/*.h tests/fuzz/*.h) | $(TEST_STAMP)
 	$(FUZZ_LINK)
 fuzz: $(FUZZ_BIN)
 	@LATENT_ROOT=$(CURDIR) LATENT_FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/integration/fuzz.sh

@@ -28,5 +28,14 @@ int cli_opt(int argc, char **argv, int *i, const char *name, const char **value)
 /* --precision auto|f32|bf16 into o->precision (exits 2 on a bad value). */
 struct latent_engine_opts;
 int cli_precision_opt(int argc, char **argv, int *i, struct latent_engine_opts *o);
+/* A KV pool of CLI_PAGE_TOKENS-token pages for `seqs` sequences of up to
+ * `tokens` tokens each; its dtype from kv_setting ("auto": bf16 when the
+ * engine options resolve to bf16 for m). 0, or -1 with err set. */
+#define CLI_PAGE_TOKENS 16
+struct latent_kv_pool;
+struct latent_model;
+struct latent_err;
+int cli_kv_pool(struct latent_kv_pool *pool, const struct latent_model *m, const struct latent_engine_opts *o,
+                const char *kv_setting, int seqs, int tokens, struct latent_err *err);
 
 #endif

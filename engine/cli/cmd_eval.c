@@ -258,10 +258,7 @@ int cmd_eval(int argc, char **argv) {
         goto done;
     }
     if (check_fit(&a, &d, &m, n_rec) != 0) goto done;
-    const int page = 16;
-    latent_kv_dtype kvd;
-    latent_kv_dtype_choose("auto", latent_precision_resolve(&m, a.eo.precision), &kvd);
-    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page, kvd) * (size_t)batch * (L / page + 2), kvd, &err) != 0 ||
+    if (cli_kv_pool(&pool, &m, &a.eo, "auto", (int)batch, L, &err) != 0 ||
         !(eng = latent_engine_new_opts(&m, &a.eo, &err))) {
         cli_fail("eval: %s", err.msg);
         goto done;

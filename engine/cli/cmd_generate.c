@@ -118,14 +118,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     latent_tokenizer_encode(m.tok, prompt, plen, ids, n_prompt);
-    const int page = 16;
-    int total = n_prompt + (int)n_gen;
-    latent_kv_dtype kvd;
-    if (latent_kv_dtype_choose(kv_setting, latent_precision_resolve(&m, eo.precision), &kvd) != 0) {
-        cli_fail("generate: --kv-dtype must be auto, f32 or bf16 (got '%s')", kv_setting);
-        goto done;
-    }
-    if (latent_kv_pool_init(&pool, &m.cfg, page, latent_kv_page_bytes(&m.cfg, page, kvd) * (total / page + 2), kvd, &err) != 0 ||
+    if (cli_kv_pool(&pool, &m, &eo, kv_setting, 1, n_prompt + (int)n_gen, &err) != 0 ||
         latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new_opts(&m, &eo, &err))) {
         cli_fail("%s", err.msg);
         goto done;

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "latent/engine.h"
+#include "latent/kv.h"
 
 static const struct {
     const char *name;
@@ -100,6 +101,16 @@ int cli_precision_opt(int argc, char **argv, int *i, latent_engine_opts *o) {
         exit(2);
     }
     return 1;
+}
+
+int cli_kv_pool(latent_kv_pool *pool, const latent_model *m, const latent_engine_opts *o, const char *kv_setting, int seqs,
+                int tokens, latent_err *err) {
+    latent_kv_dtype kvd;
+    if (latent_kv_dtype_choose(kv_setting, latent_precision_resolve(m, o->precision), &kvd) != 0)
+        return latent_err_set(err, LATENT_E_INVALID, "--kv-dtype must be auto, f32 or bf16 (got '%s')", kv_setting);
+    const int P = CLI_PAGE_TOKENS;
+    size_t pages = (size_t)seqs * (latent_kv_pages_for(P, tokens) + 1);
+    return latent_kv_pool_init(pool, &m->cfg, P, latent_kv_page_bytes(&m->cfg, P, kvd) * pages, kvd, err);
 }
 
 int main(int argc, char **argv) {

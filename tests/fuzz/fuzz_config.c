@@ -21,17 +21,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define FUZZ_NAME "fuzz_config"
+#include "fuzz_util.h"
+
 #include "latent/config.h"
 #include "latent/model.h"
 
 static char dir[512], path[600];
-
-static void check(int cond, const char *what) {
-    if (!cond) {
-        fprintf(stderr, "fuzz_config: check failed: %s\n", what);
-        abort();
-    }
-}
 
 static void remove_dir(void) {
     unlink(path);
@@ -39,12 +35,7 @@ static void remove_dir(void) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    const char *tmp = getenv("TMPDIR");
-    struct stat st;
-    const char *base = tmp && *tmp ? tmp : stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-    check(strlen(base) < 400, "TMPDIR is too long");
-    snprintf(dir, sizeof dir, "%s/latent-fuzz-cfg.XXXXXX", base);
-    check(mkdtemp(dir) != NULL, "mkdtemp");
+    fuzz_tmpdir(dir, sizeof dir, "cfg");
     snprintf(path, sizeof path, "%s/config.json", dir);
     atexit(remove_dir);
     return 0;
@@ -100,7 +91,7 @@ static void check_same(const latent_config *a, const latent_config *b) {
 
 static void check_weights(const latent_config *c) {
     latent_weights w;
-    latent_err err = {{0}};
+    latent_err err = {0};
     if (latent_weights_alloc(&w, c, &err) < 0) {
         check(err.msg[0] != 0, "a weights refusal has a message");
         return;
@@ -126,7 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(text, data, size);
     text[size] = 0;
     latent_config cfg;
-    latent_err err = {{0}};
+    latent_err err = {0};
     if (latent_config_parse(text, "fuzz.json", &cfg, &err) < 0) {
         static const latent_config zero;
         check(!strncmp(err.msg, "fuzz.json", 9), "a refusal names the origin");

@@ -31,6 +31,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define FUZZ_NAME "fuzz_safetensors"
+#include "fuzz_util.h"
+
 #include "latent/model.h"
 #include "safetensors.h"
 
@@ -57,13 +60,6 @@ static const char *const files[] = {"model.safetensors", "model.safetensors.inde
 
 static char dirs[N_DIRS][512];
 static char top[512];
-
-static void check(int cond, const char *what) {
-    if (!cond) {
-        fprintf(stderr, "fuzz_safetensors: check failed: %s\n", what);
-        abort();
-    }
-}
 
 static void path_of(char *out, size_t cap, int d, const char *name) { snprintf(out, cap, "%s/%s", dirs[d], name); }
 
@@ -116,7 +112,7 @@ static void *read_all(const char *path, size_t *n) {
 
 /* Valid inputs: per directory, the single file (F32 and BF16) and two shards. */
 static void write_seeds(const char *out) {
-    latent_err err = {{0}};
+    latent_err err = {0};
     char path[700], name[700];
     for (int d = 0; d < N_DIRS; d++) {
         latent_config cfg;
@@ -187,12 +183,7 @@ static void write_seeds(const char *out) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    const char *tmp = getenv("TMPDIR");
-    struct stat st;
-    const char *base = tmp && *tmp ? tmp : stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
-    check(strlen(base) < 400, "TMPDIR is too long");
-    snprintf(top, sizeof top, "%s/latent-fuzz-st.XXXXXX", base);
-    check(mkdtemp(top) != NULL, "mkdtemp");
+    fuzz_tmpdir(top, sizeof top, "st");
     for (int d = 0; d < N_DIRS; d++) {
         char p[600];
         snprintf(dirs[d], sizeof dirs[d], "%s/m%d", top, d);
@@ -216,7 +207,7 @@ static size_t dtype_size(st_dtype t) { return t == ST_F32 ? 4 : 2; }
 /* One file on its own: the reader's promises when it accepts it. */
 static void check_file(const char *path) {
     st_file f;
-    latent_err err = {{0}};
+    latent_err err = {0};
     if (latent_st_file_open(&f, path, &err) < 0) {
         check(err.msg[0] != 0 && f.map == NULL && f.tensors == NULL && f.n_tensors == 0, "a refusal leaves a message and nothing open");
         return;
@@ -256,7 +247,7 @@ static void check_model(const latent_model *m, int d, int single) {
     const latent_weights *w = &m->w;
     st_file f;
     char path[600];
-    latent_err err = {{0}};
+    latent_err err = {0};
     int have_file = 0;
     if (single) {
         path_of(path, sizeof path, d, "model.safetensors");
@@ -322,7 +313,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_file(path);
     }
     latent_model m;
-    latent_err err = {{0}};
+    latent_err err = {0};
     if (latent_model_load(&m, dirs[d], &err) == 0) {
         check_model(&m, d, !sharded);
         latent_model_free(&m);

@@ -36,16 +36,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#define FUZZ_NAME "fuzz_tokenizer"
+#include "fuzz_util.h"
+
 #include "latent/tokenizer.h"
 
 static latent_tokenizer *tok_a, *tok_b;
-
-static void check(int cond, const char *what) {
-    if (!cond) {
-        fprintf(stderr, "fuzz_tokenizer: check failed: %s\n", what);
-        abort();
-    }
-}
 
 /* ---- the tokenizers ---------------------------------------------------------- */
 
@@ -139,15 +135,13 @@ static json_t *tokenizer_json(int kind) {
 }
 
 static latent_tokenizer *load(int kind) {
-    const char *tmp = getenv("TMPDIR");
     char dir[512], path[600];
-    snprintf(dir, sizeof dir, "%s/latent-fuzz-tok.XXXXXX", tmp && *tmp && strlen(tmp) < 400 ? tmp : "/tmp");
-    check(mkdtemp(dir) != NULL, "mkdtemp");
+    fuzz_tmpdir(dir, sizeof dir, "tok");
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     json_t *j = tokenizer_json(kind);
     check(j && json_dump_file(j, path, 0) == 0, "write tokenizer.json");
     json_decref(j);
-    latent_err err = {{0}};
+    latent_err err = {0};
     latent_tokenizer *t = latent_tokenizer_load(path, &err);
     if (!t) fprintf(stderr, "fuzz_tokenizer: tokenizer %c: %s\n", kind, err.msg);
     check(t != NULL, "load the tokenizer");

@@ -4,11 +4,7 @@
 # include nothing private, and no engine source file passes 1,000 lines.
 # env: LATENT_ROOT, LATENT_BUILD.
 set -u
-root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-build=${LATENT_BUILD:-$root/build}
-fails=0; n=0
-ok()   { n=$((n + 1)); printf 'ok   %s\n' "$1"; }
-fail() { n=$((n + 1)); fails=$((fails + 1)); printf 'FAIL %s\n' "$1"; [ $# -gt 1 ] && printf '     %s\n' "$2"; }
+. "$(dirname "$0")/../harness.sh" layout
 
 lib=$build/libengine.a
 [ -f "$lib" ] || { echo "FAIL: $lib not built"; exit 1; }

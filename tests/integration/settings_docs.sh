@@ -4,11 +4,7 @@
 # docs/deployment.md holds the table as `latentd --settings` prints it
 # (regenerate with `make docs-settings`). env: LATENT_ROOT, LATENT_BUILD.
 set -u
-root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
-build=${LATENT_BUILD:-$root/build}
-fails=0; n=0
-ok()   { n=$((n + 1)); printf 'ok   %s\n' "$1"; }
-fail() { n=$((n + 1)); fails=$((fails + 1)); printf 'FAIL %s\n' "$1"; [ $# -gt 1 ] && printf '     %s\n' "$2"; }
+. "$(dirname "$0")/../harness.sh" settings
 conf=$root/etc/latentd.conf
 rows=$("$build/latentd" --settings) || { echo "FAIL: latentd --settings"; exit 1; }
 count=$(printf '%s\n' "$rows" | wc -l)
