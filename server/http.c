@@ -477,7 +477,7 @@ static void tell_abort(srv_conn *c) {
     if (c->abort_told) return;
     c->abort_told = 1;
     if (c->handler) c->handler->abort(c->h->ud, c, c->data);
-    else c->h->cbs.on_abort(c->h->ud, c);
+    else if (c->h->cbs.on_abort) c->h->cbs.on_abort(c->h->ud, c);
 }
 double srv_conn_idle(const srv_conn *c) { return srv_now() - c->t_write; }
 

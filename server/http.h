@@ -24,7 +24,7 @@ typedef struct srv_conn srv_conn;
 
 typedef struct srv_http_cbs {
     void (*on_request)(void *ud, srv_conn *c);
-    void (*on_abort)(void *ud, srv_conn *c);
+    void (*on_abort)(void *ud, srv_conn *c);  /* may be NULL (requests that wait attach their own) */
     void (*on_close)(void *ud, srv_conn *c);
 } srv_http_cbs;
 

@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
     }
     srv_http_opts ho = {.listen_fd = fd, .max_body = x->cfg.max_body_bytes, .max_connections = x->cfg.max_connections,
                         .max_connections_per_client = x->cfg.max_connections_per_client, .timeout_s = x->cfg.timeout_seconds, .cors_origins = &x->cfg.cors_origins};
-    srv_http_cbs cbs = {srv_routes_on_request, srv_routes_on_abort, srv_routes_on_close};
+    srv_http_cbs cbs = {srv_routes_on_request, NULL, srv_routes_on_close}; /* generation requests attach their own abort */
     if (fd < 0 || !(x->http = srv_http_start(x->loop, &ho, &cbs, x, &err))) {
         srv_log(SRV_LOG_ERROR, "%s", err.msg);
         return 1;

@@ -216,8 +216,6 @@ void srv_routes_on_request(void *ud, srv_conn *c) {
     found->fn(x, c);
 }
 
-void srv_routes_on_abort(void *ud, srv_conn *c) {} /* requests that wait attach their own (srv_conn_attach) */
-
 void srv_routes_on_close(void *ud, srv_conn *c) {
     srv_ctx *x = ud;
     int status = srv_conn_status(c);

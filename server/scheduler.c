@@ -30,7 +30,7 @@ struct srv_sched {
     pthread_cond_t cv;
     /* Under mu. */
     int stop;
-    int cancel_pending;
+    int nudged;               /* the loop changed something the step thread must see: a cancel, a resumed session */
     srv_session *inbox_head, *inbox_tail;
     srv_session *ready_head;
     int held;                 /* sessions submitted and not yet let go by the step thread */
@@ -186,15 +186,15 @@ int srv_sched_submit(srv_sched *s, srv_session *g) {
 void srv_sched_cancel(srv_sched *s, srv_session *x) {
     if (atomic_exchange(&x->cancel, 1)) return;
     pthread_mutex_lock(&s->mu);
-    s->cancel_pending = 1;
+    s->nudged = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
 void srv_sched_pause(srv_sched *s, srv_session *x, int paused) {
     if (atomic_exchange(&x->paused, paused) == paused || paused) return;
-    pthread_mutex_lock(&s->mu); /* resumed: the step thread may be waiting with nothing to run */
-    s->cancel_pending = 1;
+    pthread_mutex_lock(&s->mu); /* resumed: the step thread may be asleep with nothing to run */
+    s->nudged = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -827,7 +827,7 @@ static void *step_main(void *arg) {
             s->inbox_head = nx;
         }
         if (!s->inbox_head) s->inbox_tail = NULL;
-        s->cancel_pending = 0;
+        s->nudged = 0;
         pthread_mutex_unlock(&s->mu);
 
         handle_cancelled(s);
@@ -847,7 +847,7 @@ static void *step_main(void *arg) {
             pthread_mutex_lock(&s->mu);
         }
         s->beat = now_s();
-        if (!worked && !s->inbox_head && !s->cancel_pending && !s->stop) {
+        if (!worked && !s->inbox_head && !s->nudged && !s->stop) {
             s->idle = 1;
             pthread_cond_wait(&s->cv, &s->mu);
             s->idle = 0;

@@ -52,7 +52,6 @@ void srv_routes_on_request(void *ud, srv_conn *c);
 /* The one error sender: the OpenAI error object with the table's status,
  * Retry-After on 429 and 503 (routes.c). */
 void srv_reply_error(srv_ctx *x, srv_conn *c, const srv_error *e);
-void srv_routes_on_abort(void *ud, srv_conn *c);
 void srv_routes_on_close(void *ud, srv_conn *c);
 
 /* generate.c: completions and chat completions. */

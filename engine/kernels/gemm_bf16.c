@@ -109,7 +109,6 @@ static void generic_block(float acc[GEMM_PANEL], const uint16_t *xr, const uint1
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
 /* generic_block with AVX2 + FMA: 8 features a register, the same two fused
  * multiply-adds per pair in the same order, so the same bits. */
 __attribute__((target("avx2,fma"))) static void avx2_block(float acc[GEMM_PANEL], const uint16_t *xr, const uint16_t *panel,
