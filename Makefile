@@ -56,7 +56,7 @@ TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 # Keep object files of pattern chains (tests) instead of deleting them as intermediates.
 .SECONDARY:
 
-.PHONY: docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz
+.PHONY: bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz
 
 all: $(BUILD)/latent $(UNIT_BIN) $(BUILD)/latentd $(BUILD)/latent-bench
 
@@ -177,6 +177,14 @@ docs-settings: $(BUILD)/latentd
 	@{ sed '/<!-- settings:end -->/,$$d; /<!-- settings:begin -->/q' docs/deployment.md; \
 	   tests/settings_markdown.sh $(BUILD)/latentd; echo '<!-- settings:end -->'; \
 	   sed '1,/<!-- settings:end -->/d' docs/deployment.md; } > docs/deployment.md.new && mv docs/deployment.md.new docs/deployment.md
+
+# oneDNN's bf16 matmul against the engine's kernel (docs/architecture.md):
+# a measurement only, so libdnnl-dev is installed here and nowhere else.
+$(BUILD)/onednn_compare: clients/onednn_compare.c $(ENGINE_LIB)
+	$(call ensure_debs,libdnnl-dev)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(ENGINE_LIB) -ldnnl $(LIBS_ENGINE)
+bench-onednn: $(BUILD)/onednn_compare
+	$(BUILD)/onednn_compare
 
 bench: all
 	$(BUILD)/latent bench
