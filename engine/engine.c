@@ -88,8 +88,12 @@ static void engine_free_linears(latent_engine *e) {
 }
 
 static int init_linear(const latent_engine *e, latent_linear *l, const float *w, int out_dim, int in_dim) {
-    return e->precision == LATENT_PRECISION_BF16 ? latent_linear_init_bf16(l, w, out_dim, in_dim)
-                                                 : latent_linear_init(l, w, out_dim, in_dim);
+    if (e->precision == LATENT_PRECISION_BF16) return latent_linear_init_bf16(l, w, out_dim, in_dim);
+    /* Without AVX-512 OpenBLAS outruns the portable panel kernels, but its
+     * rounding depends on the row count: only when determinism is off. */
+    if (e->attn.batch_variant && latent_isa_active() < LATENT_ISA_AVX512)
+        return latent_linear_init_blas(l, w, out_dim, in_dim);
+    return latent_linear_init(l, w, out_dim, in_dim);
 }
 #define latent_linear_init(l, w, o, i) init_linear(e, l, w, o, i)
 
@@ -160,6 +164,7 @@ int latent_kv_dtype_choose(const char *setting, latent_precision resolved, laten
     return 0;
 }
 latent_precision latent_engine_precision(const latent_engine *e) { return e->precision; }
+int latent_engine_deterministic(const latent_engine *e) { return !e->attn.batch_variant; }
 
 static size_t linear_bytes(const latent_linear *l) {
     if (!l->out_dim) return 0;
@@ -194,6 +199,7 @@ latent_engine *latent_engine_new_opts(const latent_model *m, const latent_engine
     e->cfg = &m->cfg;
     e->recurrence = 1;
     e->precision = latent_precision_resolve(m, o ? o->precision : LATENT_PRECISION_AUTO);
+    e->attn.batch_variant = o && o->nondeterministic;
     if (engine_init_linears(e) != 0) {
         latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory preparing the weights for inference");
         latent_engine_free(e);
@@ -373,7 +379,9 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
 
     latent_rmsnorm_forward(e->xb, x, L->mlp_norm, n, d, c->rms_eps);
     latent_linear_forward_multi((float *[]){e->hg, e->hu}, (const latent_linear *[]){&E->wg, &E->wu}, 2, e->xb, n);
-    latent_swiglu_forward(e->hg, e->hg, e->hu, (size_t)n * c->ffn);
+    /* row by row: the vector and scalar tails of one row fall the same way in any batch */
+    for (int r = 0; r < n; r++)
+        latent_swiglu_forward(e->hg + (size_t)r * c->ffn, e->hg + (size_t)r * c->ffn, e->hu + (size_t)r * c->ffn, c->ffn);
     latent_linear_forward(e->tmp, e->hg, &E->wd, n);
     for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
 }

@@ -13,13 +13,13 @@
 
 #define BLOCK_ROWS 64     /* query rows per sgemm work item */
 #define GEMM_MIN_ROWS 4   /* shorter runs read the pages row by row */
-#define MIN_SPLIT_KEYS 32 /* fewest keys in one range of a split row */
+#define ATT_CHUNK 64      /* keys per chunk: the fixed unit of the reduction over keys */
 
 struct attn_item_buf {
     int start, len;   /* rows [start, start+len) of one sequence, consecutive positions */
     int kvh;          /* the kv head this item serves (with all its q heads) */
-    int t0, t1;       /* keys [t0, t1) of a single-row item; t1 = 0: all up to the row */
-    int part;         /* slot for a partial result (a key range of a split row), or -1 */
+    int c0, c1;       /* chunks [c0, c1) of a single-row item; c1 = 0: all up to the row */
+    int part;         /* parts slot of chunk c0 of a split row, or -1 */
 };
 typedef attn_item_buf attn_item;
 
@@ -40,13 +40,16 @@ int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx
     int group = c->n_heads / c->n_kv_heads;
     size_t rowp_offset = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
     rowp_offset = (rowp_offset + 15) / 16 * 16;
-    /* then 2 * ctx row pointers (8 bytes each: 4 floats per key) */
-    size_t per = rowp_offset + (size_t)4 * ctx;
+    /* then 2 * ctx row pointers (8 bytes each: 4 floats per key), then a
+     * row's running state and one chunk's partial (item_row) */
+    size_t state_offset = rowp_offset + (size_t)4 * ctx;
+    size_t per = state_offset + (size_t)2 * group * (c->head_dim + 2);
     per = (per + 15) / 16 * 16; /* each thread's slot 64-byte aligned */
     float *buf = latent_step_realloc(NULL, per * threads * sizeof(float));
     if (!buf) return -1;
     free(s->buf);
     s->buf = buf, s->per_thread = per, s->threads = threads, s->ctx = ctx, s->rowp_offset = rowp_offset;
+    s->state_offset = state_offset;
     return 0;
 }
 
@@ -154,22 +157,65 @@ AVX512_FN static void row_values(float *out0, const float *p, int len, int group
 }
 #endif
 
-/* One row over keys [t0, t1), reading k, v straight from the pages: each key
- * and value row is loaded once for every q head of its group. Writes the
- * normalized output, or for a split row (part >= 0) the unnormalized output
- * with its running max and sum, merged by merge_parts. `rowp` has room for
- * 2 * (t1 - t0) pointers. */
-static void item_row(const attn_job *j, const attn_item *it, float *scores, const float **rowp, float *kbuf,
-                     float *vbuf) {
-    const latent_config *c = j->c;
-    int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
+/* Keys are reduced in fixed chunks of ATT_CHUNK positions (chunk c holds
+ * positions [c*ATT_CHUNK, (c+1)*ATT_CHUNK)), each chunk's softmax partial
+ * (its max, its sum of exponentials, its unnormalized weighted values)
+ * computed from that row and chunk alone, and the partials merged by
+ * merge_chunk in chunk order. A row's bits then depend only on its query and
+ * its keys: not on the other rows of the step, the threads, or whether its
+ * chunks were split over threads (docs/api.md, "Determinism"). */
+
+/* Merges one chunk's partial (oc: group x hd, mlc: max and sum per q head)
+ * into a running state (o, ml) of the same layout. One copy of this code
+ * serves every caller (noinline: an inlined copy could be contracted into
+ * fused multiply-adds differently). An empty state is o = 0, max -inf,
+ * sum 0. */
+__attribute__((noinline)) static void merge_chunk(float *o, float *ml, const float *oc, const float *mlc, int group,
+                                                  int hd) {
+    for (int g = 0; g < group; g++) {
+        float m = ml[2 * g], mc = mlc[2 * g], mn = m > mc ? m : mc;
+        float a = expf(m - mn), b = expf(mc - mn);
+        ml[2 * g] = mn;
+        ml[2 * g + 1] = ml[2 * g + 1] * a + mlc[2 * g + 1] * b;
+        float *og = o + (size_t)g * hd;
+        const float *ocg = oc + (size_t)g * hd;
+        for (int i = 0; i < hd; i++) og[i] = og[i] * a + ocg[i] * b;
+    }
+}
+
+static void state_empty(float *o, float *ml, int group, int hd) {
+    memset(o, 0, (size_t)group * hd * sizeof(float));
+    for (int g = 0; g < group; g++) ml[2 * g] = -INFINITY, ml[2 * g + 1] = 0.0f;
+}
+
+/* out = o / sum, per q head */
+static void state_finish(float *out, const float *o, const float *ml, int group, int hd) {
+    for (int g = 0; g < group; g++) {
+        float inv = 1.0f / ml[2 * g + 1];
+        for (int i = 0; i < hd; i++) out[(size_t)g * hd + i] = o[(size_t)g * hd + i] * inv;
+    }
+}
+
+/* Thread-private buffers of one row's chunks. */
+typedef struct {
+    float *scores;       /* group x ATT_CHUNK */
+    const void **rowp;   /* 2 x ATT_CHUNK row pointers (keys, then values) */
+    float *kbuf, *vbuf;  /* generic path, bf16 pages: rows widened here */
+} chunk_bufs;
+
+/* The partial of row r (its kv head kvh) over chunk c: oc (group x hd) and
+ * mlc (max, sum per q head). */
+static void chunk_partial(const attn_job *j, int r, int kvh, int c, const chunk_bufs *b, float *oc, float *mlc) {
+    const latent_config *c_ = j->c;
+    int hd = c_->head_dim, qd = latent_config_q_dim(c_), group = c_->n_heads / c_->n_kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
-    int r = it->start;
     const latent_seq *s = j->rows[r].seq;
     const latent_kv_pool *pool = s->pool;
-    int P = pool->page_tokens, t0 = it->t0, t1 = it->t1 ? it->t1 : j->rows[r].pos + 1, len = t1 - t0;
-    const float *q0 = j->q + (size_t)r * qd + (size_t)it->kvh * group * hd;
-    const void **krows = (const void **)rowp, **vrows = (const void **)rowp + len;
+    int P = pool->page_tokens, t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK;
+    if (t1 > j->rows[r].pos + 1) t1 = j->rows[r].pos + 1;
+    int len = t1 - t0;
+    const float *q0 = j->q + (size_t)r * qd + (size_t)kvh * group * hd;
+    const void **krows = b->rowp, **vrows = b->rowp + len;
 #ifdef LATENT_HAVE_AVX512_CODE
     int fast = hd % 16 == 0 && latent_isa_active() >= LATENT_ISA_AVX512;
 #else
@@ -180,18 +226,16 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
         const void *kr = latent_kv_at(pool, pool->k, s->pages[t / P], j->layer, t % P);
         const void *vr = latent_kv_at(pool, pool->v, s->pages[t / P], j->layer, t % P);
         if (fast || !bf16) { /* read in place (the AVX-512 kernels widen bf16 as they load) */
-            krows[t - t0] = (const char *)kr + (size_t)it->kvh * hd * pool->elem_bytes;
-            vrows[t - t0] = (const char *)vr + (size_t)it->kvh * hd * pool->elem_bytes;
+            krows[t - t0] = (const char *)kr + (size_t)kvh * hd * pool->elem_bytes;
+            vrows[t - t0] = (const char *)vr + (size_t)kvh * hd * pool->elem_bytes;
             continue;
         }
-        /* generic path, bf16 pages: the row widened once into the thread's gather buffers */
-        float *kd = kbuf + (size_t)(t - t0) * hd, *vd = vbuf + (size_t)(t - t0) * hd;
-        latent_kv_load(pool, kr, it->kvh * hd, kd, hd);
-        latent_kv_load(pool, vr, it->kvh * hd, vd, hd);
+        float *kd = b->kbuf + (size_t)(t - t0) * hd, *vd = b->vbuf + (size_t)(t - t0) * hd;
+        latent_kv_load(pool, kr, kvh * hd, kd, hd);
+        latent_kv_load(pool, vr, kvh * hd, vd, hd);
         krows[t - t0] = kd, vrows[t - t0] = vd;
     }
-    float *out0 = it->part >= 0 ? j->parts + (size_t)it->part * group * (hd + 2)
-                                : j->att + (size_t)r * qd + (size_t)it->kvh * group * hd;
+    float *scores = b->scores;
     /* scores (group, len), then their exponentials, then the weighted values */
     if (fast) {
 #ifdef LATENT_HAVE_AVX512_CODE
@@ -199,31 +243,47 @@ static void item_row(const attn_job *j, const attn_item *it, float *scores, cons
 #endif
     } else {
         for (int t = 0; t < len; t++)
-            for (int g = 0; g < group; g++) scores[(size_t)g * len + t] = dot(q0 + (size_t)g * hd, (const float *)krows[t], hd) * scale;
+            for (int g = 0; g < group; g++)
+                scores[(size_t)g * len + t] = dot(q0 + (size_t)g * hd, (const float *)krows[t], hd) * scale;
     }
-    float mx[group], sum[group];
     for (int g = 0; g < group; g++) {
         float *sg = scores + (size_t)g * len, m = -INFINITY;
         for (int t = 0; t < len; t++) m = sg[t] > m ? sg[t] : m;
-        mx[g] = m, sum[g] = exp_shift_sum(sg, len, m);
+        mlc[2 * g] = m, mlc[2 * g + 1] = exp_shift_sum(sg, len, m);
     }
     if (fast) {
 #ifdef LATENT_HAVE_AVX512_CODE
-        row_values(out0, scores, len, group, hd, vrows, bf16);
+        row_values(oc, scores, len, group, hd, vrows, bf16);
 #endif
     } else {
-        memset(out0, 0, (size_t)group * hd * sizeof(float));
+        memset(oc, 0, (size_t)group * hd * sizeof(float));
         for (int t = 0; t < len; t++)
-            for (int g = 0; g < group; g++) axpy(out0 + (size_t)g * hd, scores[(size_t)g * len + t], (const float *)vrows[t], hd);
+            for (int g = 0; g < group; g++) axpy(oc + (size_t)g * hd, scores[(size_t)g * len + t], (const float *)vrows[t], hd);
     }
-    if (it->part >= 0) {
-        for (int g = 0; g < group; g++) out0[(size_t)group * hd + 2 * g] = mx[g], out0[(size_t)group * hd + 2 * g + 1] = sum[g];
+}
+
+/* Row r, kv head kvh, chunks [c0, c1): with part < 0 all of the row's
+ * chunks, merged and written normalized to att; else each chunk's partial
+ * to parts slot part + (c - c0), for merge_split_rows. `state` holds
+ * 2 x group x (hd + 2) floats. */
+static void item_row(const attn_job *j, int r, int kvh, int c0, int c1, int part, const chunk_bufs *b, float *state) {
+    const latent_config *c = j->c;
+    int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
+    size_t stride = (size_t)group * (hd + 2);
+    if (part >= 0) {
+        for (int ch = c0; ch < c1; ch++) {
+            float *slot = j->parts + (size_t)(part + ch - c0) * stride;
+            chunk_partial(j, r, kvh, ch, b, slot, slot + (size_t)group * hd);
+        }
         return;
     }
-    for (int g = 0; g < group; g++) {
-        float inv = 1.0f / sum[g];
-        for (int i = 0; i < hd; i++) out0[(size_t)g * hd + i] *= inv;
+    float *o = state, *ml = o + (size_t)group * hd, *oc = state + stride, *mlc = oc + (size_t)group * hd;
+    state_empty(o, ml, group, hd);
+    for (int ch = c0; ch < c1; ch++) {
+        chunk_partial(j, r, kvh, ch, b, oc, mlc);
+        merge_chunk(o, ml, oc, mlc, group, hd);
     }
+    state_finish(j->att + (size_t)r * qd + (size_t)kvh * group * hd, o, ml, group, hd);
 }
 
 /* A run of rows of one sequence: gather its keys and values once, then two
@@ -259,6 +319,8 @@ static atomic_ulong job_counter;
 static __thread int tls_slot = -1;
 static __thread unsigned long tls_job;
 
+static inline int row_chunks(const row_meta *rm) { return rm->pos / ATT_CHUNK + 1; }
+
 static void attn_task(void *ctx, int task) {
     attn_job *j = ctx;
     /* Each thread claims one scratch slot per job. */
@@ -269,48 +331,35 @@ static void attn_task(void *ctx, int task) {
     float *base = j->s->buf + (size_t)tls_slot * j->s->per_thread;
     size_t kv = (size_t)j->s->ctx * j->c->head_dim;
     const attn_item *it = &j->items[task];
-    if (it->len >= GEMM_MIN_ROWS) {
+    if (it->len >= GEMM_MIN_ROWS && j->s->batch_variant) {
         item_gemm(j, it, base, base + kv, base + 2 * kv);
         return;
     }
+    chunk_bufs b = {base + 2 * kv, (const void **)(base + j->s->rowp_offset), base, base + kv};
+    float *state = base + j->s->state_offset;
     for (int r = it->start; r < it->start + it->len; r++) {
-        attn_item one = *it;
-        one.start = r, one.len = 1;
-        /* row pointers after the scores; bf16 rows widened into the gather buffers */
-        item_row(j, &one, base + 2 * kv, (const float **)(base + j->s->rowp_offset), base, base + kv);
+        int c1 = it->c1 ? it->c1 : row_chunks(&j->rows[r]);
+        item_row(j, r, it->kvh, it->c0, c1, it->part, &b, state);
     }
 }
 
-/* Combines the key ranges of split rows: items first..first+n_split-1 of
- * each split row, with their kv head, are consecutive. */
-static void merge_parts(const attn_job *j, int n_items) {
+/* Rows whose chunks were split over items: every chunk's partial, merged
+ * in chunk order exactly as item_row merges them. Items of one split row
+ * and kv head are consecutive, the first holding chunk 0's slot. */
+static void merge_split_rows(const attn_job *j, int n_items) {
     const latent_config *c = j->c;
     int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
     size_t stride = (size_t)group * (hd + 2);
-    for (int i = 0; i < n_items;) {
+    float o[group * hd], ml[2 * group];
+    for (int i = 0; i < n_items; i++) {
         const attn_item *it = &j->items[i];
-        if (it->part < 0) { i++; continue; }
-        int k = i;
-        while (k < n_items && j->items[k].part >= 0 && j->items[k].start == it->start && j->items[k].kvh == it->kvh) k++;
-        float *out0 = j->att + (size_t)it->start * qd + (size_t)it->kvh * group * hd;
-        for (int g = 0; g < group; g++) {
-            float m = -INFINITY, l = 0;
-            for (int p = i; p < k; p++) {
-                const float *pp = j->parts + (size_t)j->items[p].part * stride + (size_t)group * hd + 2 * g;
-                m = pp[0] > m ? pp[0] : m;
-            }
-            float *o = out0 + (size_t)g * hd;
-            memset(o, 0, hd * sizeof(float));
-            for (int p = i; p < k; p++) {
-                const float *part = j->parts + (size_t)j->items[p].part * stride;
-                float w = expf(part[(size_t)group * hd + 2 * g] - m);
-                l += w * part[(size_t)group * hd + 2 * g + 1];
-                axpy(o, w, part + (size_t)g * hd, hd);
-            }
-            float inv = 1.0f / l;
-            for (int e = 0; e < hd; e++) o[e] *= inv;
+        if (it->part < 0 || it->c0 != 0) continue;
+        state_empty(o, ml, group, hd);
+        for (int ch = 0; ch < row_chunks(&j->rows[it->start]); ch++) {
+            const float *slot = j->parts + (size_t)(it->part + ch) * stride;
+            merge_chunk(o, ml, slot, slot + (size_t)group * hd, group, hd);
         }
-        i = k;
+        state_finish(j->att + (size_t)it->start * qd + (size_t)it->kvh * group * hd, o, ml, group, hd);
     }
 }
 
@@ -323,30 +372,36 @@ static int run_length(const row_meta *rows, int r, int n) {
     return len;
 }
 
+/* Room for the partials of split rows (`chunks` of them); 0 when out of memory. */
+static float *parts_reserve(attn_scratch *s, const latent_config *c, size_t chunks) {
+    size_t need = chunks * (size_t)(c->n_heads / c->n_kv_heads) * (c->head_dim + 2);
+    if (need > s->parts_cap) {
+        float *p = realloc(s->parts, need * sizeof(float));
+        if (!p) return NULL;
+        s->parts = p, s->parts_cap = need;
+    }
+    return s->parts;
+}
+
 void latent_attention_forward(float *att, const float *q, const row_meta *rows, int n, int layer,
                        const latent_config *c, attn_scratch *s) {
     /* Work items: runs of consecutive rows of one sequence, cut into blocks,
      * times the kv heads. Single rows stay items of their own; when they are
      * too few to keep every thread busy (decoding one or two sequences, or a
-     * recurrent prompt token by token), their keys are split into ranges. */
+     * recurrent prompt token by token), their chunks are split into ranges. */
     int singles = 0;
+    size_t single_chunks = 0;
     for (int r = 0, len; r < n; r += len)
-        if ((len = run_length(rows, r, n)) < GEMM_MIN_ROWS) singles += len;
+        if ((len = run_length(rows, r, n)) < GEMM_MIN_ROWS)
+            for (int i = r; i < r + len; i++) singles++, single_chunks += row_chunks(&rows[i]);
     int units = singles * c->n_kv_heads, want = 4 * latent_get_threads();
     int split = units > 0 && units < want ? (want + units - 1) / units : 1;
-    int max_items = (n + 1) * c->n_kv_heads * split, group = c->n_heads / c->n_kv_heads;
+    float *parts = NULL;
+    if (split > 1 && !(parts = parts_reserve(s, c, single_chunks * c->n_kv_heads)))
+        split = 1; /* out of memory for the partials: do not split (the same bits) */
+    int max_items = (n + 1) * c->n_kv_heads * split;
     /* sized by latent_attn_scratch_reserve for these rows and threads */
     attn_item stack_items[512], *items = max_items <= 512 ? stack_items : (attn_item *)s->items;
-    float *parts = NULL;
-    if (split > 1) {
-        size_t need = (size_t)units * split * group * (c->head_dim + 2);
-        if (need > s->parts_cap) {
-            float *p = realloc(s->parts, need * sizeof(float));
-            if (p) s->parts = p, s->parts_cap = need;
-        }
-        if (need <= s->parts_cap) parts = s->parts;
-        else split = 1; /* out of memory for the partial results: do not split */
-    }
     int n_items = 0, n_parts = 0;
     for (int r = 0; r < n;) {
         int len = run_length(rows, r, n);
@@ -356,22 +411,21 @@ void latent_attention_forward(float *att, const float *q, const row_meta *rows, 
             continue;
         }
         for (int i = r; i < r + len; i++) {
-            int keys = rows[i].pos + 1;
-            /* ranges of at least MIN_SPLIT_KEYS keys: shorter ones cost more to merge than they save */
-            int ranges = split < keys / MIN_SPLIT_KEYS ? split : keys / MIN_SPLIT_KEYS;
+            int chunks = row_chunks(&rows[i]), ranges = split < chunks ? split : chunks;
             for (int h = 0; h < c->n_kv_heads; h++) {
                 if (ranges <= 1) {
                     items[n_items++] = (attn_item){i, 1, h, 0, 0, -1};
                     continue;
                 }
                 for (int k = 0; k < ranges; k++)
-                    items[n_items++] = (attn_item){i, 1, h, (int)((long)keys * k / ranges),
-                                                   (int)((long)keys * (k + 1) / ranges), n_parts++};
+                    items[n_items++] = (attn_item){i, 1, h, chunks * k / ranges, chunks * (k + 1) / ranges,
+                                                   n_parts + chunks * k / ranges};
+                n_parts += chunks;
             }
         }
         r += len;
     }
     attn_job j = {att, q, rows, c, s, items, parts, layer, atomic_fetch_add(&job_counter, 1) + 1, 0};
     latent_parallel_for(attn_task, &j, n_items);
-    if (n_parts > 0) merge_parts(&j, n_items);
+    if (n_parts > 0) merge_split_rows(&j, n_items);
 }

@@ -17,10 +17,12 @@
  * output features split over the engine threads (threads.h). */
 void latent_matmul_forward(float *out, const float *x, const float *w, int n, int in_dim, int out_dim);
 
-/* A weight matrix prepared for inference: on CPUs with AVX-512 it is
- * repacked once into the engine's own kernel layout (a second copy of the
- * weights; the original stays for training and lookups), else products go
- * through BLAS on the original. */
+/* A weight matrix prepared for inference: repacked once into the engine's
+ * own panel layout (a second copy of the weights; the original stays for
+ * training and lookups until latent_engine_release_unpacked), whose products
+ * are batch invariant on every ISA path (gemm_f32.c); or, with
+ * latent_linear_init_blas, left to OpenBLAS on the original (faster on CPUs
+ * without AVX-512, but a row's rounding depends on its batch). */
 typedef struct latent_linear {
     const float *w;       /* (out_dim, in_dim), not owned */
     int out_dim, in_dim;
@@ -30,6 +32,7 @@ typedef struct latent_linear {
 } latent_linear;
 
 int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim);
+int latent_linear_init_blas(latent_linear *l, const float *w, int out_dim, int in_dim);
 /* The same matrix held in bf16 panels (latent_gemm_bf16_*), on every ISA. */
 int latent_linear_init_bf16(latent_linear *l, const float *w, int out_dim, int in_dim);
 /* Row `row` of W as F32 (bf16 values under bf16): embedding lookups from a
@@ -109,15 +112,14 @@ typedef struct gemm_packed {
     int n, k, n_panels;
 } gemm_packed;
 
-/* 1 when this CPU runs the packed kernel (AVX-512F); otherwise use BLAS. */
-int latent_gemm_available(void);
 /* Bytes of n_panels panels over k (their memory comes from huge_alloc). */
 size_t latent_gemm_packed_bytes(int n_panels, int k);
 /* Packs W (n, k); -1 when out of memory. */
 int latent_gemm_pack(gemm_packed *p, const float *w, int n, int k);
 void latent_gemm_packed_free(gemm_packed *p);
 /* out[:, p0*32 .. min(p1*32, n)) = X (m, k) W^T for panels [p0, p1);
- * out has row stride ldo, X row stride k. */
+ * out has row stride ldo, X row stride k. Batch invariant, the same bits on
+ * every path (gemm_f32.c); the path follows latent_isa_active(). */
 void latent_gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1);
 
 /* BF16 panels: W (n, k) as [k/2][32][2] bf16 per 32-feature panel (see
@@ -149,6 +151,8 @@ typedef struct attn_scratch {
     float *buf;       /* (threads, per_thread) */
     size_t per_thread;
     size_t rowp_offset;   /* floats into a thread's slot where its row pointers start */
+    size_t state_offset;  /* ...where a row's running softmax state starts */
+    int batch_variant;    /* 1: runs of rows through sgemm (faster; a row's bits depend on its run) */
     int threads, ctx; /* sized for this many threads and context length */
     float *parts;     /* partial results of rows split over key ranges */
     struct attn_item_buf *items; size_t items_cap; /* work items of big steps */
@@ -162,9 +166,11 @@ int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx
 void latent_attn_scratch_free(attn_scratch *s);
 
 /* att (n, q_dim) = softmax(q k^T / sqrt(head_dim) + causal) v for n rows whose
- * k, v (of `layer`) are already in their sequences' pages. Runs of rows from
- * one sequence use sgemm over the gathered keys; single rows read the pages
- * directly. Work is spread over the engine threads. */
+ * k, v (of `layer`) are already in their sequences' pages. Each row reduces
+ * its keys in fixed chunks merged in order, reading the pages directly, so
+ * its bits do not depend on the other rows or the threads; with
+ * s->batch_variant, runs of rows of one sequence use sgemm over gathered
+ * keys instead. Work is spread over the engine threads. */
 void latent_attention_forward(float *att, const float *q, const row_meta *rows, int n, int layer,
                        const latent_config *c, attn_scratch *s);
 

@@ -42,10 +42,14 @@ void latent_matmul_forward(float *out, const float *x, const float *w, int n, in
     latent_parallel_for(matmul_slice, &j, tasks);
 }
 
-int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim) {
+int latent_linear_init_blas(latent_linear *l, const float *w, int out_dim, int in_dim) {
     memset(l, 0, sizeof *l);
     l->w = w, l->out_dim = out_dim, l->in_dim = in_dim;
-    if (!latent_gemm_available()) return 0;
+    return 0;
+}
+
+int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim) {
+    latent_linear_init_blas(l, w, out_dim, in_dim);
     gemm_packed p;
     if (latent_gemm_pack(&p, w, out_dim, in_dim) != 0) return -1;
     l->packed = p.data, l->n_panels = p.n_panels;

@@ -41,6 +41,12 @@ typedef enum { LATENT_PRECISION_AUTO = 0, LATENT_PRECISION_F32, LATENT_PRECISION
 
 typedef struct latent_engine_opts {
     latent_precision precision;
+    /* 0 (the default): every kernel is batch invariant, so a sequence's
+     * logits are bit for bit the same alone or in any batch, under any
+     * prompt chunking and thread count (docs/api.md, "Determinism").
+     * 1 (--deterministic false): faster kernels where they exist, whose
+     * rounding depends on the batch (docs/benchmarks.md). */
+    int nondeterministic;
 } latent_engine_opts;
 
 const char *latent_precision_name(latent_precision p);          /* "auto", "f32", "bf16" */
@@ -61,6 +67,8 @@ latent_engine *latent_engine_new(const latent_model *m, latent_err *err);
 latent_engine *latent_engine_new_opts(const latent_model *m, const latent_engine_opts *o, latent_err *err);
 /* The precision the engine computes in (auto resolved). */
 latent_precision latent_engine_precision(const latent_engine *e);
+/* 1 when the engine's kernels are batch invariant (opts.nondeterministic 0). */
+int latent_engine_deterministic(const latent_engine *e);
 /* Bytes of weights the engine reads in its products and lookups: its packed
  * matrices plus whatever it still reads from the model in F32. */
 size_t latent_engine_weight_bytes(const latent_engine *e);
