@@ -45,6 +45,9 @@ static const opt opts[] = {
      "what the matrix products compute in (auto: bf16 for BF16 checkpoints, else f32)"},
     {"kv-dtype", OPT_STR, O(kv_dtype), "auto", 0, 0, "auto|f32|bf16", "T",
      "what the KV cache stores (auto: bf16 under bf16, else f32)"},
+    {"deterministic", OPT_STR, O(deterministic), "true", 0, 0, "true|false", "B",
+     "true: a request's tokens and logprobs are the same bits alone or under any load (docs/api.md); "
+     "false: faster prefill, rounding that depends on the batch"},
     {"api-key", OPT_LIST, O(api_keys), NULL, 0, 0, NULL, "KEY", "accept this bearer key (repeatable; none = no auth)"},
     {"api-key-file", OPT_STR, O(api_key_file), NULL, 0, 0, NULL, "PATH", "file of API keys, one per line"},
     {"cors-origin", OPT_LIST, O(cors_origins), NULL, 0, 0, NULL, "ORIGIN", "allow this browser origin (repeatable; * = any)"},

@@ -27,6 +27,7 @@ typedef struct srv_config {
     int threads;              /* --threads: engine threads (0 = online cores) */
     char *precision;          /* --precision auto|f32|bf16 */
     char *kv_dtype;           /* --kv-dtype auto|f32|bf16 */
+    char *deterministic;      /* --deterministic true|false */
     srv_strlist api_keys;     /* --api-key (repeatable) */
     char *api_key_file;       /* --api-key-file: one key per line */
     srv_strlist cors_origins; /* --cors-origin (repeatable; "*" = any) */

@@ -57,6 +57,7 @@ static void load_work(uv_work_t *w) {
                         .cache_entries = x->cfg.prefix_cache};
     latent_precision_parse(x->cfg.precision, &o.engine.precision); /* checked by the settings table */
     o.kv_dtype = x->cfg.kv_dtype;
+    o.engine.nondeterministic = strcmp(x->cfg.deterministic, "false") == 0;
     latent_err err;
     if (!(x->loaded_sched = srv_sched_new(&x->model, &o, &err))) {
         x->load_rc = -1;
@@ -88,12 +89,13 @@ static void load_done(uv_work_t *w, int status) {
     srv_sched_stats st;
     srv_sched_get_stats(x->sched, &st);
     srv_log(SRV_LOG_INFO, "model %s loaded as '%s': %s, d %d, %d layers, vocab %d, context %d; chat template %s; "
-                          "KV pool %d pages of %d tokens (%ld MiB, %s); %d engine threads; precision %s, kernels %s; "
+                          "KV pool %d pages of %d tokens (%ld MiB, %s); %d engine threads; precision %s, kernels %s%s; "
                           "%.1f MiB of weights held, %.1f MiB of unpacked weights released",
             x->cfg.model_dir, x->served_name,
             c->rec == LATENT_REC_T2MLR ? "T2MLR" : c->rec == LATENT_REC_LRT ? "LRT" : "Llama", c->d, c->n_layers, c->vocab,
             c->max_pos, srv_tmpl_name(x->tmpl.kind), srv_sched_pool_pages(x->sched), x->cfg.page_tokens, x->cfg.kv_pool_mib, latent_kv_dtype_name(st.kv_dtype),
-            latent_get_threads(), latent_precision_name(st.precision), latent_kernel_path(), st.weight_bytes / 1048576.0,
+            latent_get_threads(), latent_precision_name(st.precision), latent_kernel_path(),
+            strcmp(x->cfg.deterministic, "false") ? ", deterministic" : ", not deterministic (--deterministic false)", st.weight_bytes / 1048576.0,
             st.released_weight_bytes / 1048576.0);
     srv_sdnotify("READY=1\nSTATUS=serving");
 }

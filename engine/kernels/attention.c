@@ -33,22 +33,22 @@ int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx
         if (!it) return -1;
         s->items = it, s->items_cap = items;
     }
+    if (ctx < ATT_CHUNK) ctx = ATT_CHUNK; /* the chunk tiles live in the gather buffers */
     if (ctx <= s->ctx && threads <= s->threads) return 0;
     if (ctx < s->ctx) ctx = s->ctx;
     /* gathered K and V of one kv head, plus a block of scores (BLOCK_ROWS
      * rows for a run, or one row for every q head of a group) */
     int group = c->n_heads / c->n_kv_heads;
-    size_t rowp_offset = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
-    rowp_offset = (rowp_offset + 15) / 16 * 16;
-    /* then 2 * ctx row pointers (8 bytes each: 4 floats per key), then a
-     * row's running state and one chunk's partial (item_row) */
-    size_t state_offset = rowp_offset + (size_t)4 * ctx;
-    size_t per = state_offset + (size_t)2 * group * (c->head_dim + 2);
+    size_t state_offset = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
+    state_offset = (state_offset + 15) / 16 * 16;
+    /* then the running states of a block of rows and one chunk's partial (item_rows) */
+    size_t per = state_offset + (size_t)(BLOCK_ROWS + 1) * group * (c->head_dim + 2);
     per = (per + 15) / 16 * 16; /* each thread's slot 64-byte aligned */
     float *buf = latent_step_realloc(NULL, per * threads * sizeof(float));
     if (!buf) return -1;
+    memset(buf, 0, per * threads * sizeof(float)); /* tile rows past a chunk's end are read, never used */
     free(s->buf);
-    s->buf = buf, s->per_thread = per, s->threads = threads, s->ctx = ctx, s->rowp_offset = rowp_offset;
+    s->buf = buf, s->per_thread = per, s->threads = threads, s->ctx = ctx;
     s->state_offset = state_offset;
     return 0;
 }
@@ -88,48 +88,70 @@ static inline void axpy(float *y, float a, const float *x, int n) {
 
 #ifdef LATENT_HAVE_AVX512_CODE
 
-/* 16 values of a cached row from element e: F32 as stored, or bf16 widened
- * to F32 on the fly (exact, so the same bits as reading a widened copy). */
-AVX512_FN static inline __m512 load_row16(const void *row, int e, int bf16) {
-    if (bf16)
-        return _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e))), 16));
-    return _mm512_loadu_ps((const float *)row + e);
+/* Sixteen dot products at once: a[k] holds key k's 16 lane sums; returns
+ * the 16 totals, key k in lane k. Each total is summed by the same tree
+ * (lanes i and i+8, then i+4, i+2, i+1), whatever the other keys are, so a
+ * key's score does not depend on its neighbours or on how many are valid. */
+AVX512_FN __attribute__((always_inline)) static inline __m512 reduce16(const __m512 a[16]) {
+    __m512 b[8], c[4], d[2];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) /* b[k]: keys k, k+8 (256-bit halves added) */
+        b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[k], a[k + 8], 0x44), _mm512_shuffle_f32x4(a[k], a[k + 8], 0xEE));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) /* c[k]: 128-bit lanes hold keys k, k+8, k+4, k+12 */
+        c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(b[k], b[k + 4], 0x88), _mm512_shuffle_f32x4(b[k], b[k + 4], 0xDD));
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++) /* d[k]: two keys per 128-bit lane, k and k+2 in the first */
+        d[k] = _mm512_add_ps(_mm512_shuffle_ps(c[k], c[k + 2], 0x44), _mm512_shuffle_ps(c[k], c[k + 2], 0xEE));
+    __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], 0x88), _mm512_shuffle_ps(d[0], d[1], 0xDD));
+    /* e holds keys 0 2 1 3 8 10 9 11 4 6 5 7 12 14 13 15: put them in order */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), e);
 }
 
-/* scores[g * len + i] = scale * q_g . k_i for the group's q heads; hd % 16 == 0. */
+/* scores[g * len + i] = scale * q_g . k_i for the group's q heads, sixteen
+ * keys of the tile (rows of hd floats) at a time; hd % 16 == 0. Rows past
+ * len up to the next multiple of 16 are read (the tile has room) and their
+ * lanes never stored. Inlined with hd a constant for the common head sizes,
+ * so the sixteen rows are fixed offsets from one register. */
 AVX512_FN __attribute__((always_inline)) static inline void
-row_scores_t(float *scores, int len, const float *q0, int group, int hd, const void *const *krows,
-             const void *const *vrows, float scale, int bf16) {
-    size_t es = bf16 ? 2 : 4;
-    for (int i = 0; i < len; i++) {
-        const void *k = krows[i];
-        /* The rows are scattered over pages and strided inside them, beyond
-         * what the hardware prefetcher follows: fetch keys a few rows ahead,
-         * and each value row one pass before row_values reads it. */
-        if (i + 8 < len)
-            for (int e = 0; e < hd; e += 16) _mm_prefetch((const char *)krows[i + 8] + e * es, _MM_HINT_T0);
-        for (int e = 0; e < hd; e += 16) _mm_prefetch((const char *)vrows[i] + e * es, _MM_HINT_T1);
+tile_scores_t(float *scores, int len, const float *q0, int group, int hd, const float *ktile, float scale) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int i0 = 0; i0 < len; i0 += 16) {
+        int nk = len - i0 < 16 ? len - i0 : 16;
+        const float *k = ktile + (size_t)i0 * hd;
         for (int g = 0; g < group; g++) {
             const float *qg = q0 + (size_t)g * hd;
-            __m512 a = _mm512_mul_ps(_mm512_loadu_ps(qg), load_row16(k, 0, bf16));
-            for (int e = 16; e < hd; e += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(qg + e), load_row16(k, e, bf16), a);
-            scores[(size_t)g * len + i] = _mm512_reduce_add_ps(a) * scale;
+            __m512 a[16];
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) a[t] = _mm512_setzero_ps();
+            for (int e = 0; e < hd; e += 16) {
+                __m512 qv = _mm512_loadu_ps(qg + e);
+#pragma GCC unroll 16
+                for (int t = 0; t < 16; t++) a[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k + (size_t)t * hd + e), a[t]);
+            }
+            _mm512_mask_storeu_ps(scores + (size_t)g * len + i0, (__mmask16)((1u << nk) - 1),
+                                  _mm512_mul_ps(reduce16(a), sc));
         }
     }
 }
 
-/* out_g = sum_i p[g * len + i] v_i, 16 features of up to four heads at a
- * time, the sums kept in registers; hd % 16 == 0. */
-AVX512_FN __attribute__((always_inline)) static inline void
-row_values_t(float *out0, const float *p, int len, int group, int hd, const void *const *vrows, int bf16) {
+AVX512_FN static void tile_scores(float *scores, int len, const float *q0, int group, int hd, const float *ktile,
+                                  float scale) {
+    if (hd == 64) tile_scores_t(scores, len, q0, group, 64, ktile, scale);
+    else if (hd == 128) tile_scores_t(scores, len, q0, group, 128, ktile, scale);
+    else tile_scores_t(scores, len, q0, group, hd, ktile, scale);
+}
+
+/* out_g = sum_i p[g * len + i] v_i over the tile's rows, 16 features of up
+ * to four heads at a time, the sums kept in registers; hd % 16 == 0. */
+AVX512_FN static void tile_values(float *out0, const float *p, int len, int group, int hd, const float *vtile) {
     for (int g0 = 0; g0 < group; g0 += 4) {
         int gn = group - g0 < 4 ? group - g0 : 4;
         const float *p0 = p + (size_t)g0 * len, *p1 = p0 + len, *p2 = p1 + len, *p3 = p2 + len;
         for (int e = 0; e < hd; e += 16) {
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int i = 0; i < len; i++) {
-                __m512 v = load_row16(vrows[i], e, bf16);
+                __m512 v = _mm512_loadu_ps(vtile + (size_t)i * hd + e);
                 a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[i]), v, a0);
                 if (gn > 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(p1[i]), v, a1);
                 if (gn > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(p2[i]), v, a2);
@@ -142,18 +164,6 @@ row_values_t(float *out0, const float *p, int len, int group, int hd, const void
             if (gn > 3) _mm512_storeu_ps(o + 3 * hd, a3);
         }
     }
-}
-
-AVX512_FN static void row_scores(float *scores, int len, const float *q0, int group, int hd, const void *const *krows,
-                                 const void *const *vrows, float scale, int bf16) {
-    if (bf16) row_scores_t(scores, len, q0, group, hd, krows, vrows, scale, 1);
-    else row_scores_t(scores, len, q0, group, hd, krows, vrows, scale, 0);
-}
-
-AVX512_FN static void row_values(float *out0, const float *p, int len, int group, int hd, const void *const *vrows,
-                                 int bf16) {
-    if (bf16) row_values_t(out0, p, len, group, hd, vrows, 1);
-    else row_values_t(out0, p, len, group, hd, vrows, 0);
 }
 #endif
 
@@ -196,94 +206,95 @@ static void state_finish(float *out, const float *o, const float *ml, int group,
     }
 }
 
-/* Thread-private buffers of one row's chunks. */
+/* Thread-private buffers of an item's chunks. */
 typedef struct {
     float *scores;       /* group x ATT_CHUNK */
-    const void **rowp;   /* 2 x ATT_CHUNK row pointers (keys, then values) */
-    float *kbuf, *vbuf;  /* generic path, bf16 pages: rows widened here */
+    float *ktile, *vtile;/* a chunk's keys and values as F32 rows of hd (room for ATT_CHUNK) */
+    int fast;            /* the AVX-512 kernels */
 } chunk_bufs;
 
-/* The partial of row r (its kv head kvh) over chunk c: oc (group x hd) and
- * mlc (max, sum per q head). */
-static void chunk_partial(const attn_job *j, int r, int kvh, int c, const chunk_bufs *b, float *oc, float *mlc) {
-    const latent_config *c_ = j->c;
-    int hd = c_->head_dim, qd = latent_config_q_dim(c_), group = c_->n_heads / c_->n_kv_heads;
-    float scale = 1.0f / sqrtf((float)hd);
-    const latent_seq *s = j->rows[r].seq;
+/* Copies keys and values [t0, t1) of sequence s, kv head kvh, into b's
+ * tiles (bf16 pages widened, exactly). Contiguous rows read faster than
+ * rows scattered over pages, and every row of a run reuses them. */
+static void chunk_rows(const attn_job *j, const latent_seq *s, int kvh, int t0, int t1, chunk_bufs *b) {
     const latent_kv_pool *pool = s->pool;
-    int P = pool->page_tokens, t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK;
-    if (t1 > j->rows[r].pos + 1) t1 = j->rows[r].pos + 1;
-    int len = t1 - t0;
-    const float *q0 = j->q + (size_t)r * qd + (size_t)kvh * group * hd;
-    const void **krows = b->rowp, **vrows = b->rowp + len;
-#ifdef LATENT_HAVE_AVX512_CODE
-    int fast = hd % 16 == 0 && latent_isa_active() >= LATENT_ISA_AVX512;
-#else
-    int fast = 0;
-#endif
-    int bf16 = pool->dtype == LATENT_KV_BF16;
+    int P = pool->page_tokens, hd = j->c->head_dim;
     for (int t = t0; t < t1; t++) {
-        const void *kr = latent_kv_at(pool, pool->k, s->pages[t / P], j->layer, t % P);
-        const void *vr = latent_kv_at(pool, pool->v, s->pages[t / P], j->layer, t % P);
-        if (fast || !bf16) { /* read in place (the AVX-512 kernels widen bf16 as they load) */
-            krows[t - t0] = (const char *)kr + (size_t)kvh * hd * pool->elem_bytes;
-            vrows[t - t0] = (const char *)vr + (size_t)kvh * hd * pool->elem_bytes;
-            continue;
-        }
-        float *kd = b->kbuf + (size_t)(t - t0) * hd, *vd = b->vbuf + (size_t)(t - t0) * hd;
-        latent_kv_load(pool, kr, kvh * hd, kd, hd);
-        latent_kv_load(pool, vr, kvh * hd, vd, hd);
-        krows[t - t0] = kd, vrows[t - t0] = vd;
+        int page = s->pages[t / P];
+        latent_kv_load(pool, latent_kv_at(pool, pool->k, page, j->layer, t % P), kvh * hd, b->ktile + (size_t)(t - t0) * hd, hd);
+        latent_kv_load(pool, latent_kv_at(pool, pool->v, page, j->layer, t % P), kvh * hd, b->vtile + (size_t)(t - t0) * hd, hd);
     }
+}
+
+/* The partial of row r (kv head kvh) over the first `len` keys of the chunk
+ * in b: oc (group x hd) and mlc (max, sum per q head). */
+static void chunk_partial(const attn_job *j, int r, int kvh, int len, const chunk_bufs *b, float *oc, float *mlc) {
+    const latent_config *c = j->c;
+    int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    const float *q0 = j->q + (size_t)r * qd + (size_t)kvh * group * hd;
     float *scores = b->scores;
     /* scores (group, len), then their exponentials, then the weighted values */
-    if (fast) {
+    if (b->fast) {
 #ifdef LATENT_HAVE_AVX512_CODE
-        row_scores(scores, len, q0, group, hd, krows, vrows, scale, bf16);
+        tile_scores(scores, len, q0, group, hd, b->ktile, scale);
 #endif
     } else {
         for (int t = 0; t < len; t++)
             for (int g = 0; g < group; g++)
-                scores[(size_t)g * len + t] = dot(q0 + (size_t)g * hd, (const float *)krows[t], hd) * scale;
+                scores[(size_t)g * len + t] = dot(q0 + (size_t)g * hd, b->ktile + (size_t)t * hd, hd) * scale;
     }
     for (int g = 0; g < group; g++) {
         float *sg = scores + (size_t)g * len, m = -INFINITY;
         for (int t = 0; t < len; t++) m = sg[t] > m ? sg[t] : m;
         mlc[2 * g] = m, mlc[2 * g + 1] = exp_shift_sum(sg, len, m);
     }
-    if (fast) {
+    if (b->fast) {
 #ifdef LATENT_HAVE_AVX512_CODE
-        row_values(oc, scores, len, group, hd, vrows, bf16);
+        tile_values(oc, scores, len, group, hd, b->vtile);
 #endif
     } else {
         memset(oc, 0, (size_t)group * hd * sizeof(float));
         for (int t = 0; t < len; t++)
-            for (int g = 0; g < group; g++) axpy(oc + (size_t)g * hd, scores[(size_t)g * len + t], (const float *)vrows[t], hd);
+            for (int g = 0; g < group; g++) axpy(oc + (size_t)g * hd, scores[(size_t)g * len + t], b->vtile + (size_t)t * hd, hd);
     }
 }
 
-/* Row r, kv head kvh, chunks [c0, c1): with part < 0 all of the row's
- * chunks, merged and written normalized to att; else each chunk's partial
- * to parts slot part + (c - c0), for merge_split_rows. `state` holds
- * 2 x group x (hd + 2) floats. */
-static void item_row(const attn_job *j, int r, int kvh, int c0, int c1, int part, const chunk_bufs *b, float *state) {
+/* Rows [r0, r0 + n) (consecutive positions of one sequence), kv head kvh,
+ * chunks [c0, c1) (c1 = 0: every chunk up to each row). Chunk by chunk, its
+ * key and value rows found once for all the rows, each row's partial is
+ * merged into that row's state, so every row sees its chunks in order as
+ * if alone. With part < 0 (never split) the rows are finished into att;
+ * else (one row) each chunk's partial goes to parts slot part + (c - c0),
+ * for merge_split_rows. `states` holds (n + 1) x group x (hd + 2) floats. */
+static void item_rows(const attn_job *j, int r0, int n, int kvh, int c0, int c1, int part, chunk_bufs *b,
+                      float *states) {
     const latent_config *c = j->c;
     int hd = c->head_dim, qd = latent_config_q_dim(c), group = c->n_heads / c->n_kv_heads;
     size_t stride = (size_t)group * (hd + 2);
-    if (part >= 0) {
-        for (int ch = c0; ch < c1; ch++) {
-            float *slot = j->parts + (size_t)(part + ch - c0) * stride;
-            chunk_partial(j, r, kvh, ch, b, slot, slot + (size_t)group * hd);
-        }
-        return;
-    }
-    float *o = state, *ml = o + (size_t)group * hd, *oc = state + stride, *mlc = oc + (size_t)group * hd;
-    state_empty(o, ml, group, hd);
+    const row_meta *rows = j->rows + r0;
+    const latent_seq *s = rows[0].seq;
+    int last_pos = rows[n - 1].pos;
+    if (!c1) c1 = last_pos / ATT_CHUNK + 1;
+    float *tmp = states + (size_t)n * stride;
+    if (part < 0)
+        for (int i = 0; i < n; i++) state_empty(states + i * stride, states + i * stride + (size_t)group * hd, group, hd);
     for (int ch = c0; ch < c1; ch++) {
-        chunk_partial(j, r, kvh, ch, b, oc, mlc);
-        merge_chunk(o, ml, oc, mlc, group, hd);
+        int t0 = ch * ATT_CHUNK, t1 = t0 + ATT_CHUNK < last_pos + 1 ? t0 + ATT_CHUNK : last_pos + 1;
+        chunk_rows(j, s, kvh, t0, t1, b);
+        for (int i = 0; i < n; i++) {
+            int len = (rows[i].pos + 1 < t1 ? rows[i].pos + 1 : t1) - t0; /* causal: keys up to the row */
+            if (len <= 0) continue;
+            float *oc = part >= 0 ? j->parts + (size_t)(part + ch - c0) * stride : tmp;
+            chunk_partial(j, r0 + i, kvh, len, b, oc, oc + (size_t)group * hd);
+            if (part < 0) merge_chunk(states + i * stride, states + i * stride + (size_t)group * hd, oc,
+                                      oc + (size_t)group * hd, group, hd);
+        }
     }
-    state_finish(j->att + (size_t)r * qd + (size_t)kvh * group * hd, o, ml, group, hd);
+    if (part < 0)
+        for (int i = 0; i < n; i++)
+            state_finish(j->att + (size_t)(r0 + i) * qd + (size_t)kvh * group * hd, states + i * stride,
+                         states + i * stride + (size_t)group * hd, group, hd);
 }
 
 /* A run of rows of one sequence: gather its keys and values once, then two
@@ -335,16 +346,17 @@ static void attn_task(void *ctx, int task) {
         item_gemm(j, it, base, base + kv, base + 2 * kv);
         return;
     }
-    chunk_bufs b = {base + 2 * kv, (const void **)(base + j->s->rowp_offset), base, base + kv};
-    float *state = base + j->s->state_offset;
-    for (int r = it->start; r < it->start + it->len; r++) {
-        int c1 = it->c1 ? it->c1 : row_chunks(&j->rows[r]);
-        item_row(j, r, it->kvh, it->c0, c1, it->part, &b, state);
-    }
+#ifdef LATENT_HAVE_AVX512_CODE
+    int fast = j->c->head_dim % 16 == 0 && latent_isa_active() >= LATENT_ISA_AVX512;
+#else
+    int fast = 0;
+#endif
+    chunk_bufs b = {base + 2 * kv, base, base + kv, fast};
+    item_rows(j, it->start, it->len, it->kvh, it->c0, it->c1, it->part, &b, base + j->s->state_offset);
 }
 
 /* Rows whose chunks were split over items: every chunk's partial, merged
- * in chunk order exactly as item_row merges them. Items of one split row
+ * in chunk order exactly as item_rows merges them. Items of one split row
  * and kv head are consecutive, the first holding chunk 0's slot. */
 static void merge_split_rows(const attn_job *j, int n_items) {
     const latent_config *c = j->c;

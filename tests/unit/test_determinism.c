@@ -5,6 +5,7 @@
  *   - with its prompt prefilled in one piece, in chunks of 1, 7 or 32, or
  *     token by token;
  *   - at a position fed as part of a prefill or as a single decode step;
+ * (head widths 16 and 64, the attention kernel's general and specialised code)
  * for plain, T2MLR and LRT models, under f32 and bf16 (KV cache following),
  * with 1 and 2 threads, on every instruction-set path this machine has.
  * Compared with memcmp; a failure names the first differing position. */
@@ -176,8 +177,12 @@ int main(void) {
     /* head_dim 16 (the AVX-512 attention path), FFN 88 (a vector tail) */
     latent_config base = tm_config(64, 4, 4, 2, 88, VOCAB);
     base.max_pos = 512;
+    /* 64-wide heads: the attention kernel specialised for them, 2 q heads per kv head */
+    latent_config wide = tm_config(128, 2, 2, 1, 88, VOCAB);
+    wide.max_pos = 512;
     struct { const char *name; latent_config c; } kinds[] = {
         {"plain", base},
+        {"plain-hd64", wide},
         {"t2mlr", tm_t2mlr(base, 1, 2, 1)},
         {"lrt", tm_lrt(base, 3, 1, 2, 0)},
     };
