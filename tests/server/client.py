@@ -585,6 +585,73 @@ def cmd_backpressure(url, n="8", max_tokens="1900"):
         pauses, sampled, n * max_tokens, n))
 
 
+def cmd_determinism(url, others="32"):
+    """A greedy completion with logprobs, and a seeded sampled one, give the
+    same text and the same logprob bits sent alone and while `others`
+    streams of random lengths run (docs/api.md, "Determinism")."""
+    import random
+    rnd = random.Random(11)
+    prompt = "Determinism: the same request gives the same bits, " * 6
+    asks = [dict(max_tokens=64, temperature=0, logprobs=5, ignore_eos=True),
+            dict(max_tokens=64, temperature=1, seed=1234, logprobs=5, ignore_eos=True)]
+
+    def ask(fields):
+        body = {"prompt": prompt}
+        body.update(fields)
+        st, _, raw = post(url, "/v1/completions", body)
+        if st != 200:
+            raise SystemExit("HTTP %d: %s" % (st, raw[:300]))
+        ch = json.loads(raw)["choices"][0]
+        return ch["text"], ch["logprobs"]
+
+    alone = [ask(a) for a in asks]
+    stop = threading.Event()
+    errors = []
+
+    def load(i):
+        p = "Load %d: %s" % (i, "words " * rnd.randint(1, 120))
+        n = rnd.randint(40, 400)
+        try:
+            while not stop.is_set():
+                completion(url, p, stream=True, max_tokens=n, ignore_eos=True, temperature=0.7)
+        except BaseException as e:  # noqa
+            errors.append(str(e))
+    ts = [threading.Thread(target=load, args=(i,)) for i in range(int(others))]
+    for t in ts:
+        t.start()
+    end = time.time() + 20
+    while get_metric(url, "latentd_running_sessions") < int(others) // 2 and time.time() < end:
+        time.sleep(0.02)
+    busy = get_metric(url, "latentd_running_sessions")
+    loaded = [None, None]
+
+    def run(k):
+        loaded[k] = ask(asks[k])
+    rs = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in rs:
+        t.start()
+    for t in rs:
+        t.join()
+    stop.set()
+    for t in ts:
+        t.join()
+    if errors:
+        fail("load errors: %s" % errors[:3])
+    for k, what in enumerate(("greedy", "seeded temperature 1")):
+        (ta, la), (tb, lb) = alone[k], loaded[k]
+        if ta != tb:
+            fail("%s: text differs under load: alone %r, loaded %r" % (what, ta, tb))
+        for i, (x, y) in enumerate(zip(la["token_logprobs"], lb["token_logprobs"])):
+            if x != y or la["top_logprobs"][i] != lb["top_logprobs"][i]:
+                fail("%s: token %d (%r) logprob %r alone, %r under load; top %r vs %r" %
+                     (what, i, la["tokens"][i], x, y, la["top_logprobs"][i], lb["top_logprobs"][i]))
+        if len(la["token_logprobs"]) != 64 or la["tokens"] != lb["tokens"]:
+            fail("%s: tokens differ" % what)
+    wait_idle(url)
+    print("64 tokens and their top-5 logprobs identical alone and beside %d streams (%d running when sent)" %
+          (int(others), busy))
+
+
 def cmd_wait_idle(url):
     wait_idle(url)
     print("no session alive")
