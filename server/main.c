@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fingerprint.h"
 #include "generate.h"
 #include "latent/config.h"
 #include "latent/threads.h"
@@ -88,14 +89,18 @@ static void load_done(uv_work_t *w, int status) {
     const latent_config *c = &x->model.cfg;
     srv_sched_stats st;
     srv_sched_get_stats(x->sched, &st);
+    if (strcmp(x->cfg.deterministic, "false") != 0)
+        srv_fingerprint(x->fingerprint, sizeof x->fingerprint, latent_precision_name(st.precision),
+                        latent_kv_dtype_name(st.kv_dtype), latent_kernel_path());
     srv_log(SRV_LOG_INFO, "model %s loaded as '%s': %s, d %d, %d layers, vocab %d, context %d; chat template %s; "
-                          "KV pool %d pages of %d tokens (%ld MiB, %s); %d engine threads; precision %s, kernels %s%s; "
+                          "KV pool %d pages of %d tokens (%ld MiB, %s); %d engine threads; precision %s, kernels %s%s%s; "
                           "%.1f MiB of weights held, %.1f MiB of unpacked weights released",
             x->cfg.model_dir, x->served_name,
             c->rec == LATENT_REC_T2MLR ? "T2MLR" : c->rec == LATENT_REC_LRT ? "LRT" : "Llama", c->d, c->n_layers, c->vocab,
             c->max_pos, srv_tmpl_name(x->tmpl.kind), srv_sched_pool_pages(x->sched), x->cfg.page_tokens, x->cfg.kv_pool_mib, latent_kv_dtype_name(st.kv_dtype),
             latent_get_threads(), latent_precision_name(st.precision), latent_kernel_path(),
-            strcmp(x->cfg.deterministic, "false") ? ", deterministic" : ", not deterministic (--deterministic false)", st.weight_bytes / 1048576.0,
+            x->fingerprint[0] ? ", deterministic, system_fingerprint " : ", not deterministic (--deterministic false)",
+            x->fingerprint, st.weight_bytes / 1048576.0,
             st.released_weight_bytes / 1048576.0);
     srv_sdnotify("READY=1\nSTATUS=serving");
 }

@@ -81,8 +81,9 @@ static json_t *text_value(const char *s, size_t n) {
 }
 
 static json_t *envelope(const srv_gen *g, const char *object) {
-    return json_pack("{s:s, s:s, s:I, s:s, s:n}", "id", g->id, "object", object, "created", (json_int_t)g->created, "model",
-                     g->x->served_name, "system_fingerprint");
+    const char *fp = g->x->fingerprint;
+    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", g->id, "object", object, "created", (json_int_t)g->created, "model",
+                     g->x->served_name, "system_fingerprint", fp[0] ? json_string(fp) : json_null());
 }
 
 /* Echo text of a completions choice: the prompt as given, or its ids decoded. */

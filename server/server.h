@@ -20,6 +20,7 @@ typedef struct srv_ctx {
     srv_config cfg;
     uv_loop_t *loop;
     char *served_name;
+    char fingerprint[24];     /* system_fingerprint; "" (null) with --deterministic false */
     char listen_desc[256];
     srv_chat_template tmpl;
     latent_model model;

@@ -39,16 +39,18 @@ int latent_attn_scratch_reserve(attn_scratch *s, const latent_config *c, int ctx
     /* gathered K and V of one kv head, plus a block of scores (BLOCK_ROWS
      * rows for a run, or one row for every q head of a group) */
     int group = c->n_heads / c->n_kv_heads;
-    size_t state_offset = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
-    state_offset = (state_offset + 15) / 16 * 16;
-    /* then the running states of a block of rows and one chunk's partial (item_rows) */
+    size_t rowp_offset = (size_t)2 * ctx * c->head_dim + (size_t)(BLOCK_ROWS > group ? BLOCK_ROWS : group) * ctx;
+    rowp_offset = (rowp_offset + 15) / 16 * 16;
+    /* then a chunk's row pointers (2 x ATT_CHUNK, 8 bytes each), then the
+     * running states of a block of rows and one chunk's partial (item_rows) */
+    size_t state_offset = rowp_offset + (size_t)4 * ATT_CHUNK;
     size_t per = state_offset + (size_t)(BLOCK_ROWS + 1) * group * (c->head_dim + 2);
     per = (per + 15) / 16 * 16; /* each thread's slot 64-byte aligned */
     float *buf = latent_step_realloc(NULL, per * threads * sizeof(float));
     if (!buf) return -1;
     memset(buf, 0, per * threads * sizeof(float)); /* tile rows past a chunk's end are read, never used */
     free(s->buf);
-    s->buf = buf, s->per_thread = per, s->threads = threads, s->ctx = ctx;
+    s->buf = buf, s->per_thread = per, s->threads = threads, s->ctx = ctx, s->rowp_offset = rowp_offset;
     s->state_offset = state_offset;
     return 0;
 }
@@ -165,6 +167,77 @@ AVX512_FN static void tile_values(float *out0, const float *p, int len, int grou
         }
     }
 }
+
+/* The same two kernels reading rows in place from the pages through row
+ * pointers (bf16 widened as loaded): for a single row, copying its keys
+ * into a tile would cost more than it saves. The arithmetic is
+ * tile_scores' and tile_values' operation for operation on the same values,
+ * so the bits are too; test_determinism compares the two. */
+AVX512_FN static inline __m512 load_row16(const void *row, int e, int bf16) {
+    if (bf16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e))), 16));
+    return _mm512_loadu_ps((const float *)row + e);
+}
+
+AVX512_FN __attribute__((always_inline)) static inline void
+ptr_scores_t(float *scores, int len, const float *q0, int group, int hd, const void *const *krows, float scale,
+             int bf16) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int i0 = 0; i0 < len; i0 += 16) {
+        int nk = len - i0 < 16 ? len - i0 : 16;
+        const void *k[16];
+        for (int t = 0; t < 16; t++) k[t] = krows[i0 + (t < nk ? t : 0)]; /* past len: any valid row, not stored */
+        for (int g = 0; g < group; g++) {
+            const float *qg = q0 + (size_t)g * hd;
+            __m512 a[16];
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) a[t] = _mm512_setzero_ps();
+            for (int e = 0; e < hd; e += 16) {
+                __m512 qv = _mm512_loadu_ps(qg + e);
+#pragma GCC unroll 16
+                for (int t = 0; t < 16; t++) a[t] = _mm512_fmadd_ps(qv, load_row16(k[t], e, bf16), a[t]);
+            }
+            _mm512_mask_storeu_ps(scores + (size_t)g * len + i0, (__mmask16)((1u << nk) - 1),
+                                  _mm512_mul_ps(reduce16(a), sc));
+        }
+    }
+}
+
+AVX512_FN __attribute__((always_inline)) static inline void
+ptr_values_t(float *out0, const float *p, int len, int group, int hd, const void *const *vrows, int bf16) {
+    for (int g0 = 0; g0 < group; g0 += 4) {
+        int gn = group - g0 < 4 ? group - g0 : 4;
+        const float *p0 = p + (size_t)g0 * len, *p1 = p0 + len, *p2 = p1 + len, *p3 = p2 + len;
+        for (int e = 0; e < hd; e += 16) {
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < len; i++) {
+                __m512 v = load_row16(vrows[i], e, bf16);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[i]), v, a0);
+                if (gn > 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(p1[i]), v, a1);
+                if (gn > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(p2[i]), v, a2);
+                if (gn > 3) a3 = _mm512_fmadd_ps(_mm512_set1_ps(p3[i]), v, a3);
+            }
+            float *o = out0 + (size_t)g0 * hd + e;
+            _mm512_storeu_ps(o, a0);
+            if (gn > 1) _mm512_storeu_ps(o + hd, a1);
+            if (gn > 2) _mm512_storeu_ps(o + 2 * hd, a2);
+            if (gn > 3) _mm512_storeu_ps(o + 3 * hd, a3);
+        }
+    }
+}
+
+AVX512_FN static void ptr_scores(float *scores, int len, const float *q0, int group, int hd, const void *const *krows,
+                                 float scale, int bf16) {
+    if (bf16) ptr_scores_t(scores, len, q0, group, hd, krows, scale, 1);
+    else ptr_scores_t(scores, len, q0, group, hd, krows, scale, 0);
+}
+
+AVX512_FN static void ptr_values(float *out0, const float *p, int len, int group, int hd, const void *const *vrows,
+                                 int bf16) {
+    if (bf16) ptr_values_t(out0, p, len, group, hd, vrows, 1);
+    else ptr_values_t(out0, p, len, group, hd, vrows, 0);
+}
 #endif
 
 /* Keys are reduced in fixed chunks of ATT_CHUNK positions (chunk c holds
@@ -210,16 +283,25 @@ static void state_finish(float *out, const float *o, const float *ml, int group,
 typedef struct {
     float *scores;       /* group x ATT_CHUNK */
     float *ktile, *vtile;/* a chunk's keys and values as F32 rows of hd (room for ATT_CHUNK) */
+    const void **krows, **vrows; /* or, in_place, pointers to them in the pages (ATT_CHUNK each) */
     int fast;            /* the AVX-512 kernels */
+    int in_place;        /* fast, and a single row: read the pages in place */
+    int bf16;            /* the pages hold bf16 */
 } chunk_bufs;
 
 /* Copies keys and values [t0, t1) of sequence s, kv head kvh, into b's
- * tiles (bf16 pages widened, exactly). Contiguous rows read faster than
- * rows scattered over pages, and every row of a run reuses them. */
+ * tiles (bf16 pages widened, exactly): contiguous rows read faster than
+ * rows scattered over pages, and every row of a run reuses them. In place:
+ * points b's row pointers at them instead. */
 static void chunk_rows(const attn_job *j, const latent_seq *s, int kvh, int t0, int t1, chunk_bufs *b) {
     const latent_kv_pool *pool = s->pool;
     int P = pool->page_tokens, hd = j->c->head_dim;
-    for (int t = t0; t < t1; t++) {
+    for (int t = t0; t < t1 && b->in_place; t++) {
+        int page = s->pages[t / P];
+        b->krows[t - t0] = (const char *)latent_kv_at(pool, pool->k, page, j->layer, t % P) + (size_t)kvh * hd * pool->elem_bytes;
+        b->vrows[t - t0] = (const char *)latent_kv_at(pool, pool->v, page, j->layer, t % P) + (size_t)kvh * hd * pool->elem_bytes;
+    }
+    for (int t = t0; t < t1 && !b->in_place; t++) {
         int page = s->pages[t / P];
         latent_kv_load(pool, latent_kv_at(pool, pool->k, page, j->layer, t % P), kvh * hd, b->ktile + (size_t)(t - t0) * hd, hd);
         latent_kv_load(pool, latent_kv_at(pool, pool->v, page, j->layer, t % P), kvh * hd, b->vtile + (size_t)(t - t0) * hd, hd);
@@ -237,7 +319,8 @@ static void chunk_partial(const attn_job *j, int r, int kvh, int len, const chun
     /* scores (group, len), then their exponentials, then the weighted values */
     if (b->fast) {
 #ifdef LATENT_HAVE_AVX512_CODE
-        tile_scores(scores, len, q0, group, hd, b->ktile, scale);
+        if (b->in_place) ptr_scores(scores, len, q0, group, hd, b->krows, scale, b->bf16);
+        else tile_scores(scores, len, q0, group, hd, b->ktile, scale);
 #endif
     } else {
         for (int t = 0; t < len; t++)
@@ -251,7 +334,8 @@ static void chunk_partial(const attn_job *j, int r, int kvh, int len, const chun
     }
     if (b->fast) {
 #ifdef LATENT_HAVE_AVX512_CODE
-        tile_values(oc, scores, len, group, hd, b->vtile);
+        if (b->in_place) ptr_values(oc, scores, len, group, hd, b->vrows, b->bf16);
+        else tile_values(oc, scores, len, group, hd, b->vtile);
 #endif
     } else {
         memset(oc, 0, (size_t)group * hd * sizeof(float));
@@ -351,7 +435,9 @@ static void attn_task(void *ctx, int task) {
 #else
     int fast = 0;
 #endif
-    chunk_bufs b = {base + 2 * kv, base, base + kv, fast};
+    const void **rowp = (const void **)(base + j->s->rowp_offset);
+    chunk_bufs b = {base + 2 * kv, base, base + kv, rowp, rowp + ATT_CHUNK, fast, fast && it->len == 1,
+                    j->rows[it->start].seq->pool->dtype == LATENT_KV_BF16};
     item_rows(j, it->start, it->len, it->kvh, it->c0, it->c1, it->part, &b, base + j->s->state_offset);
 }
 

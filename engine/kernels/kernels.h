@@ -150,7 +150,8 @@ typedef struct attn_item_buf attn_item_buf;
 typedef struct attn_scratch {
     float *buf;       /* (threads, per_thread) */
     size_t per_thread;
-    size_t state_offset;  /* floats into a thread's slot where the rows' running softmax states start */
+    size_t rowp_offset;   /* floats into a thread's slot where a chunk's row pointers start */
+    size_t state_offset;  /* ...where the rows' running softmax states start */
     int batch_variant;    /* 1: runs of rows through sgemm (faster; a row's bits depend on its run) */
     int threads, ctx; /* sized for this many threads and context length */
     float *parts;     /* partial results of rows split over key ranges */

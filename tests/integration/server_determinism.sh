@@ -21,4 +21,11 @@ run T2MLR_F32 "$model" --precision f32
 run T2MLR_BF16 "$model" --precision bf16
 run PLAIN_F32 "$tmp/plain" --precision f32
 
+# Without the guarantee, no fingerprint promising it.
+start_server ND "$model" --deterministic false || exit 1
+check "--deterministic false: system_fingerprint is null" bash -c "curl -s $URL_ND/v1/completions -d '{\"prompt\":\"a\",\"max_tokens\":2}' |
+    $PY -c 'import json,sys; r=json.load(sys.stdin); assert r[\"system_fingerprint\"] is None, r'"
+check "--deterministic false: named in the start-up log" grep -q "not deterministic" "$tmp/ND.log"
+stop_server ND
+
 finish

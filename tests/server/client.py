@@ -601,9 +601,12 @@ def cmd_determinism(url, others="32"):
         st, _, raw = post(url, "/v1/completions", body)
         if st != 200:
             raise SystemExit("HTTP %d: %s" % (st, raw[:300]))
-        ch = json.loads(raw)["choices"][0]
+        resp = json.loads(raw)
+        fps.append(resp["system_fingerprint"])
+        ch = resp["choices"][0]
         return ch["text"], ch["logprobs"]
 
+    fps = []
     alone = [ask(a) for a in asks]
     stop = threading.Event()
     errors = []
@@ -647,9 +650,11 @@ def cmd_determinism(url, others="32"):
                      (what, i, la["tokens"][i], x, y, la["top_logprobs"][i], lb["top_logprobs"][i]))
         if len(la["token_logprobs"]) != 64 or la["tokens"] != lb["tokens"]:
             fail("%s: tokens differ" % what)
+    if len(set(fps)) != 1 or not str(fps[0]).startswith("fp_"):
+        fail("system_fingerprint should be one fp_ value for every response: %r" % sorted(set(map(str, fps))))
     wait_idle(url)
-    print("64 tokens and their top-5 logprobs identical alone and beside %d streams (%d running when sent)" %
-          (int(others), busy))
+    print("64 tokens and their top-5 logprobs identical alone and beside %d streams (%d running when sent; %s)" %
+          (int(others), busy, fps[0]))
 
 
 def cmd_wait_idle(url):

@@ -5,6 +5,7 @@
  *   - with its prompt prefilled in one piece, in chunks of 1, 7 or 32, or
  *     token by token;
  *   - at a position fed as part of a prefill or as a single decode step;
+ *   - with 1 thread or 2;
  * (head widths 16 and 64, the attention kernel's general and specialised code)
  * for plain, T2MLR and LRT models, under f32 and bf16 (KV cache following),
  * with 1 and 2 threads, on every instruction-set path this machine has.
@@ -78,7 +79,10 @@ static void step_or_die(rig *r, latent_batch_entry *es, int n) {
 
 /* memcmp of `rows` logit rows; on a difference, the first position. */
 static int same_logits(const rig *r, const char *how, const float *got, const float *want, int rows, int first_pos) {
-    if (memcmp(got, want, sizeof(float) * rows * VOCAB) == 0) return 1;
+    if (memcmp(got, want, sizeof(float) * rows * VOCAB) == 0) {
+        tu_checks++;
+        return 1;
+    }
     for (int i = 0; i < rows * VOCAB; i++)
         if (memcmp(&got[i], &want[i], sizeof(float)) != 0) {
             CHECK(0, "%s, %s: position %d logit %d is %.9g, alone %.9g", r->what, how, first_pos + i / VOCAB,
@@ -161,7 +165,9 @@ static void in_chunks(rig *r, const float *ref, int chunk) {
     free(out);
 }
 
-static void run_config(const latent_model *m, latent_precision p, const char *what) {
+/* Runs every comparison for one configuration; returns its reference
+ * logits (the caller frees them). */
+static float *run_config(const latent_model *m, latent_precision p, const char *what) {
     rig r;
     rig_start(&r, m, p, what);
     float *ref = malloc(sizeof(float) * (size_t)(PROMPT + DECODE) * VOCAB);
@@ -169,8 +175,8 @@ static void run_config(const latent_model *m, latent_precision p, const char *wh
     in_batches(&r, ref);
     static const int chunks[] = {1, 7, 32, PROMPT + DECODE};
     for (size_t i = 0; i < sizeof chunks / sizeof *chunks; i++) in_chunks(&r, ref, chunks[i]);
-    free(ref);
     rig_stop(&r);
+    return ref;
 }
 
 int main(void) {
@@ -193,6 +199,7 @@ int main(void) {
         if (tm_model(&m, kinds[k].c, 7 + k, 0) != 0) abort();
         for (int isa = LATENT_ISA_GENERIC; isa <= (int)top; isa++) {
             latent_isa_set((latent_isa)isa);
+            float *one_thread[2] = {NULL, NULL}; /* per precision: the reference with 1 thread */
             for (int threads = 1; threads <= 2; threads++) {
                 latent_set_threads(threads);
                 for (int prec = 0; prec < 2; prec++) {
@@ -201,8 +208,16 @@ int main(void) {
                     snprintf(what, sizeof what, "%s %s %s %d thread%s", kinds[k].name, latent_precision_name(p),
                              latent_isa_name((latent_isa)isa), threads, threads > 1 ? "s" : "");
                     int before = tu_failures;
-                    run_config(&m, p, what);
+                    float *ref = run_config(&m, p, what);
                     CHECK(tu_failures == before, "%s: not batch invariant (above)", what);
+                    if (threads == 1) {
+                        one_thread[prec] = ref;
+                        continue;
+                    }
+                    rig r = {.what = what};
+                    same_logits(&r, "against 1 thread", ref, one_thread[prec], PROMPT + DECODE, 0);
+                    free(ref);
+                    free(one_thread[prec]);
                 }
             }
         }
