@@ -207,7 +207,7 @@ static int bench(const train_args *a) {
         tok[i] = (int32_t)((r >> 33) % c.vocab);
         tgt[i] = (int32_t)((r >> 13) % c.vocab);
     }
-    latent_train_batch batch = {tok, tgt, NULL, NULL};
+    latent_train_batch batch = {.tokens = tok, .targets = tgt};
     double plain_step = 0;
     int rc = 0;
     for (int k = 0; k < nk && rc == 0; k++) {
@@ -495,7 +495,7 @@ int cmd_train(int argc, char **argv) {
         rc = cli_fail("train: out of memory");
         goto done;
     }
-    latent_train_batch batch = {tok, tgt, mask, flow};
+    latent_train_batch batch = {.tokens = tok, .targets = tgt, .mask = mask, .flow = flow};
     print_banner(&a, &m, model_dir, mode, t, &g, &data);
     if (resuming) printf("latent train: resuming from %s at step %lld\n", ckpt, (long long)st.step);
     fflush(stdout);

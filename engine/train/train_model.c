@@ -72,6 +72,7 @@ struct latent_trainer {
     int *pos, *qpos;          /* (N) t of row b*T+t; (T) 0..T-1 */
     int32_t *tok, *tgt;       /* (N) inputs and targets of the batch */
     uint8_t *mask;            /* (N) targets scored */
+    const int64_t *scored_total; /* the step's loss denominators per head, or NULL (latent_train_batch) */
     uint8_t *flow;            /* (N) control flow of each input, NULL when all are 2 */
     uint8_t *flow_buf;
 
@@ -501,11 +502,13 @@ static int count_scored(const uint8_t *mask, int n) {
     return k;
 }
 
-/* Mean cross-entropy over the scored rows (0 when none); with bwd the logits
- * become the gradient of weight * that mean. */
-static double head_loss(latent_trainer *t, head *h, const int32_t *tgt, const uint8_t *mask, int n, double weight,
-                        int bwd) {
-    int k = count_scored(mask, n);
+/* Mean cross-entropy over the scored rows (0 when none): over this batch's
+ * scored rows, or the step's given denominator for head `idx` (a share of a
+ * global batch); with bwd the logits become the gradient of weight * that
+ * mean. */
+static double head_loss(latent_trainer *t, head *h, int idx, const int32_t *tgt, const uint8_t *mask, int n,
+                        double weight, int bwd) {
+    int64_t k = t->scored_total ? t->scored_total[idx] : count_scored(mask, n);
     if (bwd)
         latent_tr_crossentropy_softmax_backward(h->logits, h->loss, tgt, mask, k ? (float)(weight / k) : 0.0f, n,
                                          t->c->vocab);
@@ -538,7 +541,7 @@ static double plain_step(latent_trainer *t, latent_weights *g) {
     latent_tr_embedding_forward(ch->in, t->tok, t->m->w.embed, t->N, c->d);
     for (int l = 0; l < c->n_layers; l++) blk_forward(t, l, &ch->b[l], ch);
     head_forward(t, &t->hmain, ch->out, t->N);
-    double loss = head_loss(t, &t->hmain, t->tgt, t->mask, t->N, 1.0, g != NULL);
+    double loss = head_loss(t, &t->hmain, 0, t->tgt, t->mask, t->N, 1.0, g != NULL);
     if (!g) return loss;
     head_backward(t, &t->hmain, ch->out, t->N, NULL, g);
     for (int l = c->n_layers - 1; l >= 0; l--) blk_backward(t, l, &ch->b[l], ch, g);
@@ -596,7 +599,7 @@ static double jacobi_step(latent_trainer *t, latent_weights *g) {
     latent_tr_t2mlr_fuse_forward(F->in, &F->fuse, X, jacobi_R(t, D - 1), fw, t->flow, N, d);
     for (int l = ls; l < L; l++) blk_forward(t, l, &F->b[l - ls], F);
     head_forward(t, &t->hfin, F->out, N);
-    double loss = head_loss(t, &t->hfin, t->tgt, t->mask, N, 1.0, g != NULL);
+    double loss = head_loss(t, &t->hfin, 0, t->tgt, t->mask, N, 1.0, g != NULL);
     if (!g) return loss;
 
     t2mlr_fuse_g fg = fuse_grads(g);
@@ -715,7 +718,7 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
     latent_tr_embedding_forward(P0->in, t->tok, t->m->w.embed, N, d);
     for (int l = 0; l < L; l++) blk_forward(t, l, &P0->b[l], P0);
     head_forward(t, &t->hmain, P0->out, N);
-    double loss = w * head_loss(t, &t->hmain, t->tgt, t->mask, N, w, g != NULL);
+    double loss = w * head_loss(t, &t->hmain, 0, t->tgt, t->mask, N, w, g != NULL);
     const float *H0 = lrt_source(t, P0, &t->hmain);
 
     /* 2. subsets in order */
@@ -750,7 +753,7 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
             blk_fwd_out(t, l, A, ch);
         }
         head_forward(t, h, ch->out, n);
-        loss += w * head_loss(t, h, t->sub_tgt[s], t->sub_mask[s], n, w, g != NULL);
+        loss += w * head_loss(t, h, 1 + s, t->sub_tgt[s], t->sub_mask[s], n, w, g != NULL);
         scatter(t->Hrec, lrt_source(t, ch, h), glob, n, d);
     }
     if (!g) return loss;
@@ -865,6 +868,7 @@ int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, late
     memcpy(t->tok, batch->tokens, t->N * sizeof(int32_t));
     memcpy(t->tgt, batch->targets, t->N * sizeof(int32_t));
     for (int i = 0; i < t->N; i++) t->mask[i] = batch->mask ? batch->mask[i] != 0 : 1;
+    t->scored_total = batch->scored_total;
     t->flow = NULL;
     if (batch->flow)
         for (int i = 0; i < t->N; i++) {
@@ -896,3 +900,15 @@ void latent_trainer_logits(const latent_trainer *t, float *out) {
 }
 
 void latent_trainer_gate_stats(const latent_trainer *t, latent_gate_stats *out) { *out = t->stats; }
+
+int latent_trainer_count_scored(const latent_trainer *t, const latent_train_batch *batch, int64_t *counts) {
+    const uint8_t *m = batch->mask;
+    counts[0] = 0;
+    for (int i = 0; i < t->N; i++) counts[0] += m ? m[i] != 0 : 1;
+    if (t->s.mode != LATENT_TRAIN_LRT) return 1;
+    for (int s = 0; s < t->S; s++) {
+        counts[1 + s] = 0;
+        for (int i = 0; i < t->sub[s].n; i++) counts[1 + s] += m ? m[t->sub_glob[s][i]] != 0 : 1;
+    }
+    return 1 + t->S;
+}

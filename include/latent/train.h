@@ -41,11 +41,25 @@ size_t latent_trainer_activation_bytes(const latent_trainer *t);
 
 /* One batch of B*T rows (row b*T + t): input tokens, their targets, which
  * targets are scored (mask NULL: all) and each input's control flow (flow
- * NULL: all 2; models.md §2, used by the Jacobi mode only). */
+ * NULL: all 2; models.md §2, used by the Jacobi mode only).
+ *
+ * Each loss is a mean over scored targets. scored_total, when not NULL,
+ * gives each loss head's denominator (latent_trainer_count_scored's order)
+ * in place of this batch's own count: data-parallel ranks each run a share
+ * of a global batch with the global batch's counts, so their losses and
+ * gradients add up to the global batch's. */
 typedef struct latent_train_batch {
     int32_t *tokens, *targets;
     uint8_t *mask, *flow;
+    const int64_t *scored_total;
 } latent_train_batch;
+
+/* The most loss heads a trainer has (LRT: the full pass and each subset). */
+#define LATENT_TRAIN_MAX_HEADS(subsets) (1 + (subsets))
+/* Writes, per loss head of this trainer's mode, how many of the batch's
+ * targets it scores (plain and Jacobi: one head; LRT: the full pass, then
+ * subset 0..S-1); returns the number of heads. */
+int latent_trainer_count_scored(const latent_trainer *t, const latent_train_batch *batch, int64_t *counts);
 
 /* Runs the mode's forward on one batch and returns its loss in *loss; when
  * grads is not NULL also runs the backward, ADDING every parameter's

@@ -6,7 +6,10 @@
  *  - LRT with S = T: equal to the exact sequential recurrence too;
  *  - every mode's gradient matches a finite difference of its own loss along
  *    a random direction (float forward, so a loose tolerance);
- *  - two runs of a step give bit-identical gradients (determinism). */
+ *  - two runs of a step give bit-identical gradients (determinism);
+ *  - data parallel: the sequences of a batch run as shares (one trainer
+ *    each, given the whole batch's scored counts) give losses and gradients
+ *    that add up to the whole batch's, with unevenly masked shares. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,7 +37,7 @@ static void mk_batch(tbatch *tb, const int32_t *tok, const uint8_t *mask, int n_
             tb->mask[b * T + t] = mask ? mask[b * T + t] : 1;
             tb->flow[b * T + t] = t < n_prompt ? 1 : 2;
         }
-    tb->b = (latent_train_batch){tb->in, tb->tg, mask ? tb->mask : NULL, n_prompt ? tb->flow : NULL};
+    tb->b = (latent_train_batch){.tokens = tb->in, .targets = tb->tg, .mask = mask ? tb->mask : NULL, .flow = n_prompt ? tb->flow : NULL};
 }
 
 /* Sequential logits (B*T, V) from the engine, each sequence token by token
@@ -208,6 +211,53 @@ static void test_directional(const char *name, latent_model *m, latent_train_mod
     latent_trainer_free(t);
 }
 
+/* The batch's B sequences as B shares of one sequence each, as data-parallel
+ * ranks run them (cmd_train.c, train_dist.c): each share's loss and gradient
+ * with the whole batch's scored counts, summed, against the whole batch's. */
+static void test_shares(const char *name, const latent_model *m, latent_train_mode mode, int D, int K, int S) {
+    int V = m->cfg.vocab;
+    int32_t tok[B * (T + 1)];
+    uint8_t mask[B * T];
+    batch_tokens(tok, V, 5);
+    for (int i = 0; i < B * T; i++) mask[i] = i < T ? i != 4 : i % 3 == 0; /* 7 and 3 scored: uneven */
+    tbatch tb;
+    mk_batch(&tb, tok, mask, 0);
+    latent_err err;
+    latent_trainer *whole = mk_trainer(m, mode, D, K, S);
+    int64_t counts[LATENT_TRAIN_MAX_HEADS(T)];
+    latent_trainer_count_scored(whole, &tb.b, counts);
+    latent_weights g, gs;
+    latent_weights_alloc(&g, &m->cfg, &err);
+    latent_weights_alloc(&gs, &m->cfg, &err);
+    double loss, sum = 0;
+    latent_trainer_step(whole, &tb.b, &g, &loss, &err);
+    latent_train_shape sh = {.mode = mode, .batch = 1, .seq = T, .jacobi_iters = D, .jacobi_grad_iters = K,
+                             .lrt_subsets = S};
+    latent_trainer *one = latent_trainer_new(m, &sh, &err);
+    for (int b = 0; b < B; b++) {
+        latent_train_batch share = {.tokens = tb.in + b * T, .targets = tb.tg + b * T, .mask = tb.mask + b * T,
+                                    .scored_total = counts};
+        double l;
+        latent_trainer_step(one, &share, &gs, &l, &err); /* adds into gs */
+        sum += l;
+    }
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < g.slab_floats; i++) {
+        double d = fabs((double)g.slab[i] - gs.slab[i]);
+        worst = d > worst ? d : worst;
+        scale = fabs(g.slab[i]) > scale ? fabs(g.slab[i]) : scale;
+    }
+    fprintf(stderr, "%s: whole batch loss %.9f, shares %.9f; gradient max diff %.3g of max %.3g\n", name, loss, sum, worst,
+            scale);
+    /* only the order of the sums over rows differs: float rounding */
+    CHECK(fabs(loss - sum) <= 1e-6 * fabs(loss), "%s: shares' losses add to %.9g, whole batch %.9g", name, sum, loss);
+    CHECK(worst <= 1e-5 * scale, "%s: shares' gradients differ by %g (max %g)", name, worst, scale);
+    latent_weights_free(&g);
+    latent_weights_free(&gs);
+    latent_trainer_free(whole);
+    latent_trainer_free(one);
+}
+
 int main(void) {
     latent_set_threads(2);
     latent_config base = tm_config(32, 4, 4, 2, 48, 40);
@@ -252,6 +302,10 @@ int main(void) {
     test_directional("lrt S=3 (mask)", &lrt, LATENT_TRAIN_LRT, 1, 1, 3, 1);
     test_directional("lrt(final norm, shared) S=2", &lrt_fin, LATENT_TRAIN_LRT, 1, 1, 2, 0);
     test_directional("lrt(kv only) S=T", &lrt_sh, LATENT_TRAIN_LRT, 1, 1, T, 0);
+
+    test_shares("plain shares", &plain, LATENT_TRAIN_PLAIN, 1, 1, 1);
+    test_shares("jacobi D=4 B=2 shares", &t2, LATENT_TRAIN_JACOBI, 4, 2, 1);
+    test_shares("lrt S=3 shares", &lrt, LATENT_TRAIN_LRT, 1, 1, 3);
 
     latent_model *ms[] = {&plain, &t2, &t2b, &t2c, &t2nr, &t2p, &lrt, &lrt_fin, &lrt_sh};
     for (int i = 0; i < 9; i++) latent_weights_free(&ms[i]->w);

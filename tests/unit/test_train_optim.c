@@ -119,7 +119,7 @@ static void test_tokens(void) {
     CHECK(f.labels && f.mask && f.flow, "companion files found");
     int32_t tok[B * T], tgt[B * T];
     uint8_t mk[B * T], fl[B * T];
-    latent_train_batch b = {tok, tgt, mk, fl};
+    latent_train_batch b = {.tokens = tok, .targets = tgt, .mask = mk, .flow = fl};
     int bad = 0;
     for (int s = 0; s < 9; s++) {
         latent_tokens_batch(&f, s, B, T, 0, 0, &b);
