@@ -16,6 +16,12 @@ DEB_TEST  := python3 python3-numpy curl
 DEB_TEST  += man-db groff-base mandoc systemd nginx openssl
 # ...and the fuzz targets (tests/integration/fuzz.sh): clang with libFuzzer's runtime.
 DEB_TEST  += clang libclang-rt-dev
+# ...and data-parallel training (tests/integration/train_mpi.sh): OpenMPI's
+# mpicc for the plugin and mpirun. Not a build dependency: `latent` never
+# links MPI; build/latent-mpi.so is built wherever mpicc is (`make mpi`
+# installs it), and `latent train` loads it only when mpirun started it.
+DEB_MPI   := libopenmpi-dev openmpi-bin
+DEB_TEST  += $(DEB_MPI)
 
 ifeq ($(SANITIZER),)
 BUILD   := build
@@ -56,9 +62,13 @@ TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 # Keep object files of pattern chains (tests) instead of deleting them as intermediates.
 .SECONDARY:
 
-.PHONY: bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz
+.PHONY: bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz mpi
 
-all: $(BUILD)/latent $(UNIT_BIN) $(BUILD)/latentd $(BUILD)/latent-bench
+# The MPI plugin joins `all` where OpenMPI's compiler wrapper is installed.
+MPICC ?= mpicc
+MPI_PLUGIN := $(if $(shell command -v $(MPICC) 2>/dev/null),$(BUILD)/latent-mpi.so)
+
+all: $(BUILD)/latent $(UNIT_BIN) $(BUILD)/latentd $(BUILD)/latent-bench $(MPI_PLUGIN)
 
 # Installs missing Debian packages when run as root; otherwise names the command.
 define ensure_debs
@@ -97,6 +107,16 @@ $(ENGINE_LIB): $(ENGINE_OBJ)
 $(BUILD)/latent: $(CLI_OBJ) $(ENGINE_LIB)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ENGINE)
 
+# Data-parallel training's MPI calls (engine/mpi/), loaded by `latent train`
+# under mpirun only. Built without the sanitizers: it is OpenMPI's code that
+# runs there, and it must load into any build of latent.
+$(BUILD)/latent-mpi.so: engine/mpi/latent_mpi.c engine/mpi/train_dist_ops.h
+	@mkdir -p $(dir $@)
+	$(MPICC) -std=gnu11 -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
+mpi:
+	$(call ensure_debs,$(DEB_MPI))
+	$(MAKE) --no-print-directory $(BUILD)/latent-mpi.so
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ENGINE)
@@ -110,6 +130,7 @@ test-unit: $(UNIT_BIN) $(BUILD)/latent | $(TEST_STAMP)
 # Tests that drive the binaries: reference logits, tokenizer vs gpt-3-encoder,
 # loader rejections, CLI behaviour.
 test-integration: all | $(TEST_STAMP)
+	@$(MAKE) --no-print-directory $(BUILD)/latent-mpi.so
 	@tests/run_tests.sh integration $(BUILD)
 
 test-sanitizers:
@@ -118,8 +139,9 @@ test-sanitizers:
 
 # Everything: plain unit tests, the same under ASan and UBSan, then integration.
 test: all | $(TEST_STAMP)
-	@$(MAKE) --no-print-directory SANITIZER=address unit
-	@$(MAKE) --no-print-directory SANITIZER=undefined unit
+	@$(MAKE) --no-print-directory $(BUILD)/latent-mpi.so # mpicc came with the test packages
+	@$(MAKE) --no-print-directory SANITIZER=address unit build/asan/latent
+	@$(MAKE) --no-print-directory SANITIZER=undefined unit build/ubsan/latent
 	@tests/run_tests.sh all $(BUILD)
 
 # ---- the daemon (latentd) and its load client (latent-bench) ----
@@ -223,7 +245,7 @@ INST_SED   = -e 's|/usr/local/sbin/latentd|$(SBINDIR)/latentd|g' -e 's|/usr/loca
 install: all
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/latentd \
 	    $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
-	$(INSTALL) -m 755 $(BUILD)/latent $(BUILD)/latent-bench $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 755 $(BUILD)/latent $(BUILD)/latent-bench $(MPI_PLUGIN) $(DESTDIR)$(BINDIR)/
 	$(INSTALL) -m 755 $(BUILD)/latentd $(DESTDIR)$(SBINDIR)/
 	for f in $(INST_UNITS); do sed $(INST_SED) $$f > $(DESTDIR)$(UNITDIR)/$${f##*/} && chmod 644 $(DESTDIR)$(UNITDIR)/$${f##*/} || exit 1; done
 	for f in $(INST_MAN); do d=$(DESTDIR)$(MANDIR)/man$${f##*.}/$${f##*/}; sed $(INST_SED) $$f > $$d && chmod 644 $$d || exit 1; done

@@ -1,9 +1,11 @@
-/* latent train: offline training of a model directory on token files, and
- * `latent train --bench`, the training step's speed on the standard small
- * model. The math is in engine/train_model.c; this file is the loop:
- * batches, optimizer, logging, evaluation, checkpoints and resume. */
+/* latent train: offline training of a model directory on token files, on
+ * one process or as data-parallel ranks under mpirun (train_dist.c). The
+ * math is in engine/train/train_model.c, the benchmark in train_bench.c;
+ * this file is the loop: batches, optimizer, logging, evaluation,
+ * checkpoints and resume. */
 #include <cblas.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include "latent/model_init.h"
 #include "latent/threads.h"
 #include "latent/train.h"
+#include "train_dist.h"
 
 static const char *help =
     "usage: latent train --model DIR --data FILE.bin --out DIR [options]\n"
@@ -63,6 +66,7 @@ static double now_s(void) {
 }
 
 static volatile sig_atomic_t g_stop;
+int train_bench(long steps, const char *kinds_filter);
 static void on_signal(int sig) { g_stop = sig; }
 
 typedef struct {
@@ -73,6 +77,23 @@ typedef struct {
     int shuffle, resume, bench;
     latent_optim_opts o;
 } train_args;
+
+/* Everything a run holds, on every rank. */
+typedef struct {
+    train_args *a;
+    train_dist *d;
+    int lead;                 /* rank 0: the one that prints, logs and saves */
+    int mode, b0;             /* b0: this rank's first sequence of each global batch */
+    const char *model_dir;
+    latent_model m;
+    latent_tokens data, ev;
+    latent_trainer *t;
+    latent_weights g;
+    latent_optim opt;
+    latent_train_state st;
+    FILE *log;
+    latent_train_batch batch; /* the global batch (every rank reads it whole, runs its share) */
+} train_run;
 
 static int parse_args(int argc, char **argv, train_args *a) {
     memset(a, 0, sizeof *a);
@@ -176,104 +197,6 @@ static void fmt_time(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-/* ---- the benchmark ------------------------------------------------------ */
-
-typedef struct { const char *name, *key; int mode, D, K, S; } bench_kind;
-
-static int bench(const train_args *a) {
-    latent_config c;
-    memset(&c, 0, sizeof c);
-    c.d = 256, c.ffn = 768, c.n_layers = 6, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 64, c.vocab = 4096;
-    c.max_pos = 1024, c.rms_eps = 1e-5f, c.rope_theta = 10000.0f, c.tie_embeddings = true;
-    c.bos_id = 1, c.eos_id = 2, c.n_eos = 1, c.eos_ids[0] = 2;
-    c.t2mlr = (latent_t2mlr_config){2, 3, true, 5.0f, 1e-6f, true};
-    c.lrt = (latent_lrt_config){3, 0, 5, true, true, false};
-    const int B = 8, T = 256, N = B * T;
-    bench_kind kinds[] = {{"plain", "plain", LATENT_TRAIN_PLAIN, 1, 0, 1},
-                          {"t2mlr jacobi D=4 B=2", "t2mlr4", LATENT_TRAIN_JACOBI, 4, 2, 1},
-                          {"t2mlr jacobi D=8 B=4", "t2mlr8", LATENT_TRAIN_JACOBI, 8, 4, 1},
-                          {"lrt S=2", "lrt2", LATENT_TRAIN_LRT, 1, 0, 2}};
-    int nk = sizeof kinds / sizeof kinds[0];
-    printf("latent train --bench: 6 blocks, d 256, 4 heads (head_dim 64), FFN 768, vocab 4096, tied;\n"
-           "B %d, T %d (%d tokens/step), AdamW, %d threads, OpenBLAS %s kernels,\n"
-           "best of %ld timed steps after one warm-up.\n"
-           "T2MLR window blocks 2..3; LRT source block 3, injected blocks 0..5 (residual + KV, own k/v).\n\n",
-           B, T, N, latent_get_threads(), openblas_get_corename(), a->steps);
-    printf("%-22s %12s %10s %10s %9s\n", "mode", "activations", "step (s)", "tokens/s", "vs plain");
-    int32_t *tok = malloc(N * sizeof(int32_t)), *tgt = malloc(N * sizeof(int32_t));
-    uint64_t r = 12345;
-    for (int i = 0; i < N; i++) {
-        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-        tok[i] = (int32_t)((r >> 33) % c.vocab);
-        tgt[i] = (int32_t)((r >> 13) % c.vocab);
-    }
-    latent_train_batch batch = {.tokens = tok, .targets = tgt};
-    double plain_step = 0;
-    int rc = 0;
-    for (int k = 0; k < nk && rc == 0; k++) {
-        if (a->kinds) { /* a comma-separated subset */
-            const char *p = strstr(a->kinds, kinds[k].key);
-            size_t len = strlen(kinds[k].key);
-            if (!p || (p != a->kinds && p[-1] != ',') || (p[len] && p[len] != ',')) continue;
-        }
-        latent_err err;
-        latent_model m;
-        memset(&m, 0, sizeof m);
-        m.cfg = c;
-        m.cfg.rec = kinds[k].mode == LATENT_TRAIN_JACOBI ? LATENT_REC_T2MLR
-                    : kinds[k].mode == LATENT_TRAIN_LRT  ? LATENT_REC_LRT
-                                                         : LATENT_REC_NONE;
-        latent_init_opts io;
-        latent_init_defaults(&io);
-        io.seed = 1;
-        if (latent_weights_alloc(&m.w, &m.cfg, &err) != 0) return cli_fail("train --bench: %s", err.msg);
-        latent_weights_init(&m.w, &m.cfg, &io);
-        latent_train_shape sh = {kinds[k].mode, B, T, kinds[k].D, kinds[k].K, kinds[k].S};
-        latent_trainer *t = latent_trainer_new(&m, &sh, &err);
-        latent_weights g;
-        latent_optim opt;
-        latent_optim_opts oo = {.adamw = 1, .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                                .grad_clip = 1.0f, .steps = a->steps + 1};
-        if (!t || latent_weights_alloc(&g, &m.cfg, &err) != 0 || latent_optim_init(&opt, &m.cfg, &oo, &err) != 0) {
-            rc = cli_fail("train --bench: %s", err.msg);
-            latent_trainer_free(t);
-            latent_weights_free(&m.w);
-            break;
-        }
-        double *times = malloc((a->steps + 1) * sizeof(double));
-        for (long s = 0; s <= a->steps && rc == 0; s++) {
-            double t0 = now_s(), loss;
-            memset(g.slab, 0, g.slab_floats * sizeof(float));
-            if (latent_trainer_step(t, &batch, &g, &loss, &err) != 0) {
-                rc = cli_fail("train --bench: %s", err.msg);
-                break;
-            }
-            latent_optim_step(&opt, &m.w, &g, latent_grad_norm(&g, opt.frozen));
-            times[s] = now_s() - t0;
-        }
-        if (rc == 0) {
-            /* the best of the timed steps (the first one warms caches and
-             * pages): on a shared machine the minimum is the step's own cost */
-            double med = times[1];
-            for (long i = 2; i <= a->steps; i++) med = times[i] < med ? times[i] : med;
-            if (k == 0) plain_step = med;
-            printf("%-22s %8.1f MiB %10.3f %10.0f", kinds[k].name, latent_trainer_activation_bytes(t) / 1048576.0, med,
-                   N / med);
-            if (plain_step > 0) printf(" %8.2fx", med / plain_step);
-            printf("\n");
-            fflush(stdout);
-        }
-        free(times);
-        latent_optim_free(&opt);
-        latent_weights_free(&g);
-        latent_trainer_free(t);
-        latent_weights_free(&m.w);
-    }
-    free(tok), free(tgt);
-    if (rc == 0) printf("\n(vs plain: step time relative to the plain step; PyTorch 1.13 CPU reference: ~1560 tokens/s)\n");
-    return rc;
-}
-
 /* ---- the training loop -------------------------------------------------- */
 
 /* Keeps the lines of OUT/train.jsonl up to `step` (a resumed run re-logs the
@@ -298,13 +221,45 @@ static void trim_log(const char *path, int64_t step) {
     free(tmp);
 }
 
-static double eval_loss(latent_trainer *t, const latent_tokens *ev, int B, int T, long n_batches,
-                        latent_train_batch *b, latent_err *err) {
+/* One global batch through this rank's share (sequences [b0, b0 + its
+ * trainer's batch)): the whole batch's scored targets counted over the ranks
+ * (each loss is a mean over them), the share's forward (and backward into g,
+ * when g is not NULL), then the gradients and the loss summed over the
+ * ranks. On one process b0 = 0 and the share is the batch. */
+static int dist_batch(train_dist *d, latent_trainer *t, const latent_train_batch *global, int b0, int T,
+                      latent_weights *g, double *loss, latent_err *err) {
+    size_t o = (size_t)b0 * T;
+    latent_train_batch share = {.tokens = global->tokens + o, .targets = global->targets + o,
+                                .mask = global->mask + o, .flow = global->flow + o};
+    if (d->size > 1) { /* LRT has a head per subset, at most T of them */
+        int64_t *counts = malloc(sizeof(int64_t) * LATENT_TRAIN_MAX_HEADS(T));
+        double *sums = malloc(sizeof(double) * LATENT_TRAIN_MAX_HEADS(T));
+        int heads = counts && sums ? latent_trainer_count_scored(t, &share, counts) : 0;
+        for (int h = 0; h < heads; h++) sums[h] = (double)counts[h];
+        int rc = heads == 0 ? latent_err_set(err, LATENT_E_NOMEM, "out of memory")
+                 : train_dist_sum_doubles(d, sums, heads) != 0 ? latent_err_set(err, LATENT_E_IO, "MPI_Allreduce failed")
+                                                              : 0;
+        for (int h = 0; h < heads; h++) counts[h] = (int64_t)sums[h];
+        share.scored_total = counts;
+        if (rc == 0) rc = latent_trainer_step(t, &share, g, loss, err);
+        free(counts), free(sums);
+        if (rc != 0) return -1;
+    } else if (latent_trainer_step(t, &share, g, loss, err) != 0) {
+        return -1;
+    }
+    if (d->size == 1) return 0;
+    if ((g && train_dist_sum_floats(d, g->slab, g->slab_floats) != 0) || train_dist_sum_doubles(d, loss, 1) != 0)
+        return latent_err_set(err, LATENT_E_IO, "MPI_Allreduce failed");
+    return 0;
+}
+
+static double eval_loss(train_dist *d, latent_trainer *t, const latent_tokens *ev, int B, int b0, int T,
+                        long n_batches, latent_train_batch *b, latent_err *err) {
     double sum = 0;
     for (long s = 0; s < n_batches; s++) {
         double l;
         latent_tokens_batch(ev, s, B, T, 0, 0, b);
-        if (latent_trainer_step(t, b, NULL, &l, err) != 0) return NAN;
+        if (dist_batch(d, t, b, b0, T, NULL, &l, err) != 0) return NAN;
         sum += l;
     }
     return sum / n_batches;
@@ -312,11 +267,12 @@ static double eval_loss(latent_trainer *t, const latent_tokens *ev, int B, int T
 
 /* One line of train.jsonl for the step just taken. */
 static void log_step(FILE *log, const latent_train_state *st, double loss, double ev_loss, double lr, double gn, double tps,
-                     int mode, const latent_gate_stats *gs) {
+                     double comm_s, int mode, const latent_gate_stats *gs) {
     fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"eval_loss\": ", (long long)st->step, loss);
     if (isnan(ev_loss)) fprintf(log, "null");
     else fprintf(log, "%.9g", ev_loss);
     fprintf(log, ", \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f", lr, gn, tps);
+    if (!isnan(comm_s)) fprintf(log, ", \"allreduce_s\": %.6f", comm_s); /* data parallel: time in the collectives */
     if (mode == LATENT_TRAIN_JACOBI)
         fprintf(log, ", \"tanh_gamma_rec\": %.6g, \"tanh_gamma_cur\": %.6g, \"gate_rec\": %.6g, \"gate_cur\": %.6g",
                 gs->tanh_gamma_rec, gs->tanh_gamma_cur, gs->gate_rec, gs->gate_cur);
@@ -372,7 +328,7 @@ static int find_start(const train_args *a, char *ckpt, size_t cap) {
 
 /* What the run is, printed before the first step. */
 static void print_banner(const train_args *a, const latent_model *m, const char *model_dir, int mode, latent_trainer *t,
-                         const latent_weights *g, const latent_tokens *data) {
+                         const latent_weights *g, const latent_tokens *data, const train_dist *d) {
     int64_t n_params = 0;
     for (int i = 0; i < m->w.n_params; i++) n_params += m->w.params[i].numel;
     printf("latent train: %s, %.2fM parameters, mode %s", model_dir, n_params / 1e6, mode_name(mode));
@@ -380,6 +336,9 @@ static void print_banner(const train_args *a, const latent_model *m, const char 
     if (mode == LATENT_TRAIN_LRT) printf(" (S=%ld)", a->S);
     printf(", batch %ld x seq %ld, %d threads, OpenBLAS %s\n", a->batch, a->seq, latent_get_threads(),
            openblas_get_corename());
+    if (d->size > 1)
+        printf("latent train: data parallel over %d ranks (MPI), each with a share of every batch and %d threads\n",
+               d->size, latent_get_threads());
     printf("latent train: activations %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB; data %s (%lld tokens%s%s%s)\n",
            latent_trainer_activation_bytes(t) / 1048576.0, g->slab_floats * 4.0 / 1048576.0,
            a->o.adamw ? 2 * g->slab_floats * 4.0 / 1048576.0 : 0.0, a->data, (long long)data->n,
@@ -415,19 +374,25 @@ static int train_mode(const train_args *a, const latent_config *c) {
 }
 
 /* The checkpoint when due (every --save-every steps, and at the last step or
- * a signal), then the stop a signal asked for. 0 to go on, else the exit code
- * (130 for a signal, after its checkpoint). */
-static int save_and_maybe_stop(const train_args *a, const latent_model *m, const latent_optim *opt,
-                               const latent_train_state *st, const char *tok_dir, int last, int stop, int tty) {
+ * a signal; rank 0 writes it, after checking every rank holds the same
+ * weights), then the stop a signal asked for. 0 to go on, else the exit
+ * code (130 for a signal, after its checkpoint). */
+static int save_and_maybe_stop(train_run *r, int last, int stop, int tty) {
     latent_err err;
-    if (last || (a->save_every && st->step % a->save_every == 0)) {
-        if (latent_ckpt_save(a->out, m, opt, st, tok_dir, (int)a->keep, &err) != 0)
-            return cli_fail("train: checkpoint: %s", err.msg);
-        if (!tty) printf("saved %s/step-%08lld\n", a->out, (long long)st->step);
+    const train_args *a = r->a;
+    if (last || (a->save_every && r->st.step % a->save_every == 0)) {
+        if (!train_dist_same(r->d, r->m.w.slab, r->m.w.slab_floats * sizeof(float)))
+            return cli_fail("train: the ranks' weights differ at step %lld (not saved)", (long long)r->st.step);
+        double failed = r->lead && latent_ckpt_save(a->out, &r->m, &r->opt, &r->st, r->model_dir, (int)a->keep, &err) != 0;
+        if (failed) cli_fail("train: checkpoint: %s", err.msg);
+        /* every rank waits for rank 0's save: none may exit (and have mpirun
+         * end the job) while it writes */
+        if (train_dist_sum_doubles(r->d, &failed, 1) != 0 || failed) return 1;
+        if (r->lead && !tty) printf("saved %s/step-%08lld\n", a->out, (long long)r->st.step);
     }
     if (!stop) return 0;
-    fprintf(stderr, "\nlatent train: stopped by signal %d after step %lld (checkpoint saved)\n", (int)g_stop,
-            (long long)st->step);
+    if (r->lead)
+        fprintf(stderr, "\nlatent train: stopped by a signal after step %lld (checkpoint saved)\n", (long long)r->st.step);
     return 130;
 }
 
@@ -438,121 +403,188 @@ static void print_done(const train_args *a, const latent_train_state *st, double
            a->out);
 }
 
-int cmd_train(int argc, char **argv) {
-    train_args a;
-    if (parse_args(argc, argv, &a) != 0) return 2;
-    if (a.threads) latent_set_threads((int)a.threads);
-    if (a.bench) return bench(&a);
-    if (!a.out || !a.data || a.D < 1)
-        return cli_fail(!a.out ? "train: --out DIR is required (see latent train --help)"
-                        : !a.data ? "train: --data FILE.bin is required" : "train: --jacobi-iters must be >= 1");
 
+/* Rank 0 decides where the run starts (and cleans OUT's stale temporaries);
+ * the others learn it. 0, or the exit code. */
+static int decide_start(train_run *r, char *ckpt, size_t cap, int *resuming) {
+    int hdr[2] = {0, 0}; /* resuming (-1: usage error), 0 */
+    if (r->lead) {
+        latent_ckpt_clean_stale(r->a->out);
+        hdr[0] = find_start(r->a, ckpt, cap);
+    }
+    if (train_dist_bcast(r->d, hdr, sizeof hdr) != 0 || train_dist_bcast(r->d, ckpt, cap) != 0)
+        return cli_fail("train: MPI_Bcast failed");
+    *resuming = hdr[0];
+    return hdr[0] < 0 ? 2 : 0;
+}
+
+/* Rank 0's weights, optimizer moments and position go to every rank, so
+ * all start from the same bits whatever they read from disk. */
+static int sync_state(train_run *r) {
+    train_dist *d = r->d;
+    int rc = train_dist_bcast(d, r->m.w.slab, r->m.w.slab_floats * sizeof(float));
+    if (r->opt.o.adamw) {
+        rc |= train_dist_bcast(d, r->opt.m.slab, r->opt.m.slab_floats * sizeof(float));
+        rc |= train_dist_bcast(d, r->opt.v.slab, r->opt.v.slab_floats * sizeof(float));
+    }
+    rc |= train_dist_bcast(d, &r->opt.step, sizeof r->opt.step);
+    rc |= train_dist_bcast(d, &r->st, sizeof r->st);
+    return rc ? cli_fail("train: MPI_Bcast failed") : 0;
+}
+
+/* Opens the data, builds this rank's trainer and the optimizer, and on rank
+ * 0 prepares OUT (and a resumed run's state), then shares it. 0 or exit code. */
+static int setup(train_run *r, int resuming, const char *ckpt) {
+    train_args *a = r->a;
     latent_err err;
-    char ckpt[4096] = "";
-    latent_ckpt_clean_stale(a.out);
-    int resuming = find_start(&a, ckpt, sizeof ckpt);
-    if (resuming < 0) return 2;
-    const char *model_dir = resuming ? ckpt : a.model;
-    latent_model m;
-    if (latent_model_load(&m, model_dir, &err) != 0) return cli_fail("train: %s", err.msg);
-    const latent_config *c = &m.cfg;
-    if (a.seq > c->max_pos) {
-        latent_model_free(&m);
-        return cli_fail("train: --seq %ld exceeds the model's max_position_embeddings (%d)", a.seq, c->max_pos);
-    }
-    int mode = train_mode(&a, c);
-
-    latent_tokens data, ev = {0};
-    int rc = 1;
-    latent_trainer *t = NULL;
-    latent_weights g = {0};
-    latent_optim opt = {0};
-    FILE *log = NULL;
-    int32_t *tok = NULL, *tgt = NULL;
-    uint8_t *mask = NULL, *flow = NULL;
-    if (latent_tokens_open(&data, a.data, c->vocab, (int)a.seq, &err) != 0) {
-        latent_model_free(&m);
+    const latent_config *c = &r->m.cfg;
+    if (latent_tokens_open(&r->data, a->data, c->vocab, (int)a->seq, &err) != 0 ||
+        (a->eval_data && latent_tokens_open(&r->ev, a->eval_data, c->vocab, (int)a->seq, &err) != 0))
         return cli_fail("train: %s", err.msg);
-    }
-    if (a.eval_data && latent_tokens_open(&ev, a.eval_data, c->vocab, (int)a.seq, &err) != 0) {
-        rc = cli_fail("train: %s", err.msg);
-        goto done;
-    }
-    latent_train_shape sh = {mode, (int)a.batch, (int)a.seq, (int)a.D, (int)a.K, (int)a.S};
-    if (!(t = latent_trainer_new(&m, &sh, &err)) || latent_weights_alloc(&g, c, &err) != 0 ||
-        latent_optim_init(&opt, c, &a.o, &err) != 0) {
-        rc = cli_fail("%s", err.msg);
-        goto done;
-    }
-    if (mode == LATENT_TRAIN_PLAIN)
-        for (int i = 0; i < m.w.n_params; i++) opt.frozen[i] = latent_param_is_recurrent(m.w.params[i].name);
-    latent_train_state st = {0, (uint64_t)a.seed, 0};
-    if ((rc = prepare_out(&a, resuming, ckpt, &opt, &st, &log)) != 0) goto done;
-    rc = 1;
-    size_t N = (size_t)a.batch * a.seq;
-    tok = malloc(N * sizeof(int32_t)), tgt = malloc(N * sizeof(int32_t)), mask = malloc(N), flow = malloc(N);
-    if (!tok || !tgt || !mask || !flow) {
-        rc = cli_fail("train: out of memory");
-        goto done;
-    }
-    latent_train_batch batch = {.tokens = tok, .targets = tgt, .mask = mask, .flow = flow};
-    print_banner(&a, &m, model_dir, mode, t, &g, &data);
-    if (resuming) printf("latent train: resuming from %s at step %lld\n", ckpt, (long long)st.step);
-    fflush(stdout);
+    int local_b = train_dist_share(r->d, (int)a->batch, &r->b0);
+    latent_train_shape sh = {r->mode, local_b, (int)a->seq, (int)a->D, (int)a->K, (int)a->S};
+    if (!(r->t = latent_trainer_new(&r->m, &sh, &err)) || latent_weights_alloc(&r->g, c, &err) != 0 ||
+        latent_optim_init(&r->opt, c, &a->o, &err) != 0)
+        return cli_fail("%s", err.msg);
+    if (r->mode == LATENT_TRAIN_PLAIN)
+        for (int i = 0; i < r->m.w.n_params; i++) r->opt.frozen[i] = latent_param_is_recurrent(r->m.w.params[i].name);
+    r->st = (latent_train_state){0, (uint64_t)a->seed, 0};
+    int rc = r->lead ? prepare_out(a, resuming, ckpt, &r->opt, &r->st, &r->log) : 0;
+    if (train_dist_bcast(r->d, &rc, sizeof rc) != 0) return cli_fail("train: MPI_Bcast failed");
+    if (rc != 0) return rc;
+    size_t N = (size_t)a->batch * a->seq;
+    r->batch = (latent_train_batch){.tokens = malloc(N * sizeof(int32_t)), .targets = malloc(N * sizeof(int32_t)),
+                                    .mask = malloc(N), .flow = malloc(N)};
+    if (!r->batch.tokens || !r->batch.targets || !r->batch.mask || !r->batch.flow) return cli_fail("train: out of memory");
+    return sync_state(r);
+}
 
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    int tty = isatty(1);
+/* The steps from st.step to --steps. 0, or the exit code. */
+static int run_steps(train_run *r) {
+    train_args *a = r->a;
+    latent_err err;
+    int tty = r->lead && isatty(1), rc = 0;
     double avg = 0, t_start = now_s();
-    int64_t first = st.step;
-    const char *tok_dir = model_dir;
-    rc = 0;
-    for (int64_t s = st.step; s < a.steps; s++) {
-        double t0 = now_s(), loss;
-        latent_tokens_batch(&data, s, (int)a.batch, (int)a.seq, a.shuffle, st.seed, &batch);
-        memset(g.slab, 0, g.slab_floats * sizeof(float));
-        if (latent_trainer_step(t, &batch, &g, &loss, &err) != 0) {
+    int64_t first = r->st.step;
+    size_t N = (size_t)a->batch * a->seq;
+    for (int64_t s = r->st.step; s < a->steps; s++) {
+        double t0 = now_s(), comm0 = r->d->comm_seconds, loss;
+        latent_tokens_batch(&r->data, s, (int)a->batch, (int)a->seq, a->shuffle, r->st.seed, &r->batch);
+        memset(r->g.slab, 0, r->g.slab_floats * sizeof(float));
+        if (dist_batch(r->d, r->t, &r->batch, r->b0, (int)a->seq, &r->g, &loss, &err) != 0) {
             rc = cli_fail("train: step %lld: %s", (long long)s + 1, err.msg);
             break;
         }
-        double gn = latent_grad_norm(&g, opt.frozen);
-        double lr = latent_optim_step(&opt, &m.w, &g, gn);
+        double gn = latent_grad_norm(&r->g, r->opt.frozen);
+        double lr = latent_optim_step(&r->opt, &r->m.w, &r->g, gn);
+        latent_gate_stats gs;
+        latent_trainer_gate_stats(r->t, &gs);
+        /* Read the signal flag once per step, and agree on it over the ranks:
+         * a signal that lands after this point is acted on after the next
+         * step, never without its save, and every rank stops at one step. */
+        double flags[7] = {g_stop != 0, gs.gate_rec, gs.gate_cur, gs.alpha, gs.gamma, gs.gate_loc, gs.gate_fb};
+        if (train_dist_sum_doubles(r->d, flags, 7) != 0) {
+            rc = cli_fail("train: MPI_Allreduce failed");
+            break;
+        }
+        if (r->d->size > 1) /* gate means: the ranks' average (a diagnostic) */
+            gs.gate_rec = flags[1] / r->d->size, gs.gate_cur = flags[2] / r->d->size, gs.alpha = flags[3] / r->d->size,
+            gs.gamma = flags[4] / r->d->size, gs.gate_loc = flags[5] / r->d->size, gs.gate_fb = flags[6] / r->d->size;
         double dt = now_s() - t0, tps = N / dt;
         avg = s == first ? dt : 0.9 * avg + 0.1 * dt;
-        st.step = s + 1;
-        st.last_loss = loss;
-        latent_gate_stats gs;
-        latent_trainer_gate_stats(t, &gs);
+        r->st.step = s + 1;
+        r->st.last_loss = loss;
         double ev_loss = NAN;
-        /* Read the signal flag once per step: a signal that lands after this
-         * point is acted on after the next step, never without its save. */
-        int stop = g_stop != 0;
-        int last = st.step == a.steps || stop;
-        if (a.eval_data && ((a.eval_every && st.step % a.eval_every == 0) || last)) {
-            ev_loss = eval_loss(t, &ev, (int)a.batch, (int)a.seq, a.eval_batches, &batch, &err);
+        int stop = flags[0] > 0, last = r->st.step == a->steps || stop;
+        if (a->eval_data && ((a->eval_every && r->st.step % a->eval_every == 0) || last)) {
+            ev_loss = eval_loss(r->d, r->t, &r->ev, (int)a->batch, r->b0, (int)a->seq, a->eval_batches, &r->batch, &err);
             if (isnan(ev_loss)) {
                 rc = cli_fail("train: eval: %s", err.msg);
                 break;
             }
         }
-        log_step(log, &st, loss, ev_loss, lr, gn, tps, mode, &gs);
-        print_progress(tty, &st, a.steps, loss, lr, gn, tps, avg, ev_loss);
+        if (r->lead) {
+            log_step(r->log, &r->st, loss, ev_loss, lr, gn, tps, r->d->size > 1 ? r->d->comm_seconds - comm0 : NAN,
+                     r->mode, &gs);
+            print_progress(tty, &r->st, a->steps, loss, lr, gn, tps, avg, ev_loss);
+        }
         if (!isfinite(loss)) {
-            rc = cli_fail("train: the loss is %g at step %lld; stopping (try a smaller --lr)", loss, (long long)st.step);
+            rc = cli_fail("train: the loss is %g at step %lld; stopping (try a smaller --lr)", loss, (long long)r->st.step);
             break;
         }
-        if ((rc = save_and_maybe_stop(&a, &m, &opt, &st, tok_dir, last, stop, tty)) != 0) break;
+        if ((rc = save_and_maybe_stop(r, last, stop, tty)) != 0) break;
     }
     if (tty) printf("\n");
-    if (rc == 0) print_done(&a, &st, t_start);
-done:
-    if (log) fclose(log);
-    free(tok), free(tgt), free(mask), free(flow);
-    latent_optim_free(&opt);
-    latent_weights_free(&g);
-    latent_trainer_free(t);
-    latent_tokens_close(&data);
-    latent_tokens_close(&ev);
-    latent_model_free(&m);
+    if (rc == 0 && r->lead) print_done(a, &r->st, t_start);
+    return rc;
+}
+
+static void run_free(train_run *r) {
+    if (r->log) fclose(r->log);
+    free(r->batch.tokens), free(r->batch.targets), free(r->batch.mask), free(r->batch.flow);
+    latent_optim_free(&r->opt);
+    latent_weights_free(&r->g);
+    latent_trainer_free(r->t);
+    latent_tokens_close(&r->data);
+    latent_tokens_close(&r->ev);
+    latent_model_free(&r->m);
+}
+
+static int train(train_args *a, train_dist *d) {
+    train_run r = {.a = a, .d = d, .lead = d->rank == 0};
+    char ckpt[4096] = "";
+    int resuming = 0, rc;
+    if ((rc = decide_start(&r, ckpt, sizeof ckpt, &resuming)) != 0) return rc;
+    r.model_dir = resuming ? ckpt : a->model;
+    latent_err err;
+    if (latent_model_load(&r.m, r.model_dir, &err) != 0) return cli_fail("train: %s", err.msg);
+    if (a->seq > r.m.cfg.max_pos) {
+        latent_model_free(&r.m);
+        return cli_fail("train: --seq %ld exceeds the model's max_position_embeddings (%d)", a->seq, r.m.cfg.max_pos);
+    }
+    if (a->batch < d->size) {
+        latent_model_free(&r.m);
+        return cli_fail("train: --batch %ld is smaller than the %d ranks (each needs a sequence)", a->batch, d->size);
+    }
+    r.mode = train_mode(a, &r.m.cfg);
+    if ((rc = setup(&r, resuming, ckpt)) == 0) {
+        if (r.lead) {
+            print_banner(a, &r.m, r.model_dir, r.mode, r.t, &r.g, &r.data, d);
+            if (resuming) printf("latent train: resuming from %s at step %lld\n", ckpt, (long long)r.st.step);
+            fflush(stdout);
+        }
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        /* SIGTERM to mpirun: it stops reading the ranks' output and then
+         * signals them. Rank 0 must not block in (or die of) a write to
+         * that output before it saves: progress lines may be lost, never
+         * train.jsonl or the checkpoint. */
+        if (d->size > 1) {
+            signal(SIGPIPE, SIG_IGN);
+            fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
+        }
+        rc = run_steps(&r);
+    }
+    run_free(&r);
+    return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+    train_args a;
+    if (parse_args(argc, argv, &a) != 0) return 2;
+    if (a.threads) latent_set_threads((int)a.threads);
+    if (a.bench) return train_bench(a.steps, a.kinds);
+    if (!a.out || !a.data || a.D < 1)
+        return cli_fail(!a.out ? "train: --out DIR is required (see latent train --help)"
+                        : !a.data ? "train: --data FILE.bin is required" : "train: --jacobi-iters must be >= 1");
+    train_dist d;
+    if (train_dist_start(&d) != 0) return 1;
+    int rc = train(&a, &d);
+    /* a rank that failed alone would leave the others waiting in a collective */
+    if (rc != 0 && rc != 130 && d.size > 1) train_dist_abort(&d, rc);
+    /* Stopped by a signal under mpirun, which is tearing the job down and
+     * would not answer MPI_Finalize: the checkpoint is saved, just go. */
+    if (rc == 130 && d.size > 1) _exit(rc);
+    train_dist_finish(&d);
     return rc;
 }

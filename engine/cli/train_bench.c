@@ -1,0 +1,116 @@
+/* latent train --bench: the trainer's step time per mode on the standard
+ * small model (docs/training.md, "Speed"). */
+#include <cblas.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "latent/model_init.h"
+#include "latent/threads.h"
+#include "latent/train.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct { const char *name, *key; int mode, D, K, S; } bench_kind;
+
+int train_bench(long steps, const char *kinds_filter) {
+    latent_config c;
+    memset(&c, 0, sizeof c);
+    c.d = 256, c.ffn = 768, c.n_layers = 6, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 64, c.vocab = 4096;
+    c.max_pos = 1024, c.rms_eps = 1e-5f, c.rope_theta = 10000.0f, c.tie_embeddings = true;
+    c.bos_id = 1, c.eos_id = 2, c.n_eos = 1, c.eos_ids[0] = 2;
+    c.t2mlr = (latent_t2mlr_config){2, 3, true, 5.0f, 1e-6f, true};
+    c.lrt = (latent_lrt_config){3, 0, 5, true, true, false};
+    const int B = 8, T = 256, N = B * T;
+    bench_kind kinds[] = {{"plain", "plain", LATENT_TRAIN_PLAIN, 1, 0, 1},
+                          {"t2mlr jacobi D=4 B=2", "t2mlr4", LATENT_TRAIN_JACOBI, 4, 2, 1},
+                          {"t2mlr jacobi D=8 B=4", "t2mlr8", LATENT_TRAIN_JACOBI, 8, 4, 1},
+                          {"lrt S=2", "lrt2", LATENT_TRAIN_LRT, 1, 0, 2}};
+    int nk = sizeof kinds / sizeof kinds[0];
+    printf("latent train --bench: 6 blocks, d 256, 4 heads (head_dim 64), FFN 768, vocab 4096, tied;\n"
+           "B %d, T %d (%d tokens/step), AdamW, %d threads, OpenBLAS %s kernels,\n"
+           "best of %ld timed steps after one warm-up.\n"
+           "T2MLR window blocks 2..3; LRT source block 3, injected blocks 0..5 (residual + KV, own k/v).\n\n",
+           B, T, N, latent_get_threads(), openblas_get_corename(), steps);
+    printf("%-22s %12s %10s %10s %9s\n", "mode", "activations", "step (s)", "tokens/s", "vs plain");
+    int32_t *tok = malloc(N * sizeof(int32_t)), *tgt = malloc(N * sizeof(int32_t));
+    uint64_t r = 12345;
+    for (int i = 0; i < N; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        tok[i] = (int32_t)((r >> 33) % c.vocab);
+        tgt[i] = (int32_t)((r >> 13) % c.vocab);
+    }
+    latent_train_batch batch = {.tokens = tok, .targets = tgt};
+    double plain_step = 0;
+    int rc = 0;
+    for (int k = 0; k < nk && rc == 0; k++) {
+        if (kinds_filter) { /* a comma-separated subset */
+            const char *p = strstr(kinds_filter, kinds[k].key);
+            size_t len = strlen(kinds[k].key);
+            if (!p || (p != kinds_filter && p[-1] != ',') || (p[len] && p[len] != ',')) continue;
+        }
+        latent_err err;
+        latent_model m;
+        memset(&m, 0, sizeof m);
+        m.cfg = c;
+        m.cfg.rec = kinds[k].mode == LATENT_TRAIN_JACOBI ? LATENT_REC_T2MLR
+                    : kinds[k].mode == LATENT_TRAIN_LRT  ? LATENT_REC_LRT
+                                                         : LATENT_REC_NONE;
+        latent_init_opts io;
+        latent_init_defaults(&io);
+        io.seed = 1;
+        if (latent_weights_alloc(&m.w, &m.cfg, &err) != 0) return cli_fail("train --bench: %s", err.msg);
+        latent_weights_init(&m.w, &m.cfg, &io);
+        latent_train_shape sh = {kinds[k].mode, B, T, kinds[k].D, kinds[k].K, kinds[k].S};
+        latent_trainer *t = latent_trainer_new(&m, &sh, &err);
+        latent_weights g;
+        latent_optim opt;
+        latent_optim_opts oo = {.adamw = 1, .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                .grad_clip = 1.0f, .steps = steps + 1};
+        if (!t || latent_weights_alloc(&g, &m.cfg, &err) != 0 || latent_optim_init(&opt, &m.cfg, &oo, &err) != 0) {
+            rc = cli_fail("train --bench: %s", err.msg);
+            latent_trainer_free(t);
+            latent_weights_free(&m.w);
+            break;
+        }
+        double *times = malloc((steps + 1) * sizeof(double));
+        for (long s = 0; s <= steps && rc == 0; s++) {
+            double t0 = now_s(), loss;
+            memset(g.slab, 0, g.slab_floats * sizeof(float));
+            if (latent_trainer_step(t, &batch, &g, &loss, &err) != 0) {
+                rc = cli_fail("train --bench: %s", err.msg);
+                break;
+            }
+            latent_optim_step(&opt, &m.w, &g, latent_grad_norm(&g, opt.frozen));
+            times[s] = now_s() - t0;
+        }
+        if (rc == 0) {
+            /* the best of the timed steps (the first one warms caches and
+             * pages): on a shared machine the minimum is the step's own cost */
+            double med = times[1];
+            for (long i = 2; i <= steps; i++) med = times[i] < med ? times[i] : med;
+            if (k == 0) plain_step = med;
+            printf("%-22s %8.1f MiB %10.3f %10.0f", kinds[k].name, latent_trainer_activation_bytes(t) / 1048576.0, med,
+                   N / med);
+            if (plain_step > 0) printf(" %8.2fx", med / plain_step);
+            printf("\n");
+            fflush(stdout);
+        }
+        free(times);
+        latent_optim_free(&opt);
+        latent_weights_free(&g);
+        latent_trainer_free(t);
+        latent_weights_free(&m.w);
+    }
+    free(tok), free(tgt);
+    if (rc == 0) printf("\n(vs plain: step time relative to the plain step; PyTorch 1.13 CPU reference: ~1560 tokens/s)\n");
+    return rc;
+}
+
