@@ -115,7 +115,7 @@ $(BUILD)/latent-mpi.so: engine/mpi/latent_mpi.c engine/mpi/train_dist_ops.h
 	$(MPICC) -std=gnu11 -O2 -g -Wall -Wextra -shared -fPIC -o $@ $<
 mpi:
 	$(call ensure_debs,$(DEB_MPI))
-	$(MAKE) --no-print-directory $(BUILD)/latent-mpi.so
+	$(MAKE) --no-print-directory all $(BUILD)/latent-mpi.so
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
@@ -232,6 +232,8 @@ BINDIR     ?= $(PREFIX)/bin
 SBINDIR    ?= $(PREFIX)/sbin
 SYSCONFDIR ?= /etc
 DOCDIR     ?= $(PREFIX)/share/doc/latentd
+# the MPI plugin (latent train under mpirun finds it from BINDIR/../lib/latentd)
+PKGLIBDIR  ?= $(PREFIX)/lib/latentd
 MANDIR     ?= $(PREFIX)/share/man
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 INSTALL    ?= install
@@ -245,7 +247,8 @@ INST_SED   = -e 's|/usr/local/sbin/latentd|$(SBINDIR)/latentd|g' -e 's|/usr/loca
 install: all
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSCONFDIR)/latentd \
 	    $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8
-	$(INSTALL) -m 755 $(BUILD)/latent $(BUILD)/latent-bench $(MPI_PLUGIN) $(DESTDIR)$(BINDIR)/
+	$(INSTALL) -m 755 $(BUILD)/latent $(BUILD)/latent-bench $(DESTDIR)$(BINDIR)/
+	$(if $(MPI_PLUGIN),$(INSTALL) -d $(DESTDIR)$(PKGLIBDIR) && $(INSTALL) -m 644 $(MPI_PLUGIN) $(DESTDIR)$(PKGLIBDIR)/)
 	$(INSTALL) -m 755 $(BUILD)/latentd $(DESTDIR)$(SBINDIR)/
 	for f in $(INST_UNITS); do sed $(INST_SED) $$f > $(DESTDIR)$(UNITDIR)/$${f##*/} && chmod 644 $(DESTDIR)$(UNITDIR)/$${f##*/} || exit 1; done
 	for f in $(INST_MAN); do d=$(DESTDIR)$(MANDIR)/man$${f##*.}/$${f##*/}; sed $(INST_SED) $$f > $$d && chmod 644 $$d || exit 1; done
@@ -259,6 +262,8 @@ install: all
 # Removes what install wrote; the config only when it is unchanged.
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/latent $(DESTDIR)$(BINDIR)/latent-bench $(DESTDIR)$(SBINDIR)/latentd
+	rm -f $(DESTDIR)$(PKGLIBDIR)/latent-mpi.so
+	@rmdir $(DESTDIR)$(PKGLIBDIR) 2>/dev/null || true
 	rm -f $(INST_UNITS:systemd/%=$(DESTDIR)$(UNITDIR)/%)
 	rm -f $(DESTDIR)$(MANDIR)/man1/latent.1 $(DESTDIR)$(MANDIR)/man5/latentd.conf.5 $(DESTDIR)$(MANDIR)/man8/latentd.8
 	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(INST_DOCS)) examples/latentd.conf examples/nginx-latentd.conf \

@@ -17,7 +17,8 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* latent-mpi.so beside this executable, or $LATENT_MPI_PLUGIN. */
+/* $LATENT_MPI_PLUGIN, else latent-mpi.so beside this executable (the
+ * build tree), else ../lib/latentd/latent-mpi.so from it (make install). */
 static void plugin_path(char *out, size_t cap) {
     const char *env = getenv("LATENT_MPI_PLUGIN");
     if (env && *env) {
@@ -31,7 +32,9 @@ static void plugin_path(char *out, size_t cap) {
         return;
     }
     exe[n] = 0;
-    snprintf(out, cap, "%s/latent-mpi.so", dirname(exe));
+    const char *dir = dirname(exe);
+    snprintf(out, cap, "%s/latent-mpi.so", dir);
+    if (access(out, R_OK) != 0) snprintf(out, cap, "%s/../lib/latentd/latent-mpi.so", dir);
 }
 
 int train_dist_start(train_dist *d) {

@@ -33,6 +33,8 @@ check "nothing rebuilt by install" bash -c "
         /usr/share/doc/latentd/README.md /usr/share/doc/latentd/examples/latentd.conf \
         /usr/share/doc/latentd/examples/nginx-latentd.conf /usr/share/doc/latentd/examples/nginx-latentd-scaleout.conf
     for f in "$root"/docs/*.md; do echo "/usr/share/doc/latentd/${f##*/}"; done
+    # the MPI plugin, where it was built (make test builds it)
+    [ -f "$build/latent-mpi.so" ] && echo /usr/lib/latentd/latent-mpi.so
 } | sort > "$tmp/expected"
 (cd "$dest" && find . -type f -o -type l) | sed 's|^\.||' | sort > "$tmp/installed"
 echo "installed:"; sed 's/^/    /' "$tmp/installed"
