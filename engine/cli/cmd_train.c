@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "latent/engine.h"
 #include "latent/model.h"
 #include "latent/model_init.h"
 #include "latent/threads.h"
@@ -26,6 +27,7 @@ static const char *help =
     "usage: latent train --model DIR --data FILE.bin --out DIR [options]\n"
     "       latent train --out DIR --resume [options]\n"
     "       latent train --bench [--steps N] [--threads N] [--kinds plain,t2mlr4,t2mlr8,lrt2]\n"
+    "                            [--precision f32,bf16]\n"
     "\n"
     "Trains the model in DIR on the token file FILE.bin (uint32 ids; FILE.mask,\n"
     "FILE.labels, FILE.flow beside it are used when present, see docs/training.md)\n"
@@ -55,6 +57,14 @@ static const char *help =
     "  --resume             continue from OUT/latest (bit-exact), or start fresh\n"
     "                       when OUT has no checkpoint; --model is then optional\n"
     "  --threads N          worker threads (all cores)\n"
+    "  --precision auto|f32|bf16  the linear layers' products: bf16 operands with\n"
+    "                       F32 sums (weights, gradients, optimizer, norms, losses\n"
+    "                       and the recurrence stay F32); auto follows the model's\n"
+    "                       dtype (auto)\n"
+    "  --save-dtype auto|f32|bf16  model.safetensors of the checkpoints (auto: the\n"
+    "                       starting model's dtype); bf16 halves them, but a resume\n"
+    "                       then continues from rounded weights\n"
+    "  mpirun -np N latent train ...   data parallel over N ranks (docs/training.md)\n"
     "  --bench              tokens/s of a training step on the standard small\n"
     "                       model (6 blocks, d 256, 4 heads, FFN 768, vocab 4096,\n"
     "                       B 8, T 256): plain, T2MLR D=4/B=2 and D=8/B=4, LRT S=2\n";
@@ -66,7 +76,7 @@ static double now_s(void) {
 }
 
 static volatile sig_atomic_t g_stop;
-int train_bench(long steps, const char *kinds_filter);
+int train_bench(long steps, const char *kinds_filter, const char *precisions);
 static void on_signal(int sig) { g_stop = sig; }
 
 typedef struct {
@@ -75,6 +85,8 @@ typedef struct {
     long long seed;
     int mode; /* -1: from the model */
     int shuffle, resume, bench;
+    latent_precision precision, save_dtype;  /* save_dtype: AUTO, F32 or BF16 */
+    const char *bench_precisions;            /* --precision's list, for --bench */
     latent_optim_opts o;
 } train_args;
 
@@ -170,6 +182,18 @@ static int parse_args(int argc, char **argv, train_args *a) {
             if (!strcmp(v, "cosine")) a->o.cosine = 1;
             else if (!strcmp(v, "constant")) a->o.cosine = 0;
             else return cli_fail("train: --lr-schedule must be cosine or constant (got '%s')", v);
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--precision", &v)) {
+            a->bench_precisions = v;
+            if (strchr(v, ',')) continue; /* a list: --bench only (checked there) */
+            if (latent_precision_parse(v, &a->precision) != 0)
+                return cli_fail("train: --precision must be auto, f32 or bf16 (got '%s')", v);
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--save-dtype", &v)) {
+            if (latent_precision_parse(v, &a->save_dtype) != 0)
+                return cli_fail("train: --save-dtype must be auto, f32 or bf16 (got '%s')", v);
             continue;
         }
         if (cli_opt(argc, argv, &i, "--mode", &v)) {
@@ -331,7 +355,8 @@ static void print_banner(const train_args *a, const latent_model *m, const char 
                          const latent_weights *g, const latent_tokens *data, const train_dist *d) {
     int64_t n_params = 0;
     for (int i = 0; i < m->w.n_params; i++) n_params += m->w.params[i].numel;
-    printf("latent train: %s, %.2fM parameters, mode %s", model_dir, n_params / 1e6, mode_name(mode));
+    printf("latent train: %s, %.2fM parameters, mode %s, products %s", model_dir, n_params / 1e6, mode_name(mode),
+           latent_precision_resolve(m, a->precision) == LATENT_PRECISION_BF16 ? "bf16 (F32 sums)" : "f32");
     if (mode == LATENT_TRAIN_JACOBI) printf(" (D=%ld, B=%ld)", a->D, a->K);
     if (mode == LATENT_TRAIN_LRT) printf(" (S=%ld)", a->S);
     printf(", batch %ld x seq %ld, %d threads, OpenBLAS %s\n", a->batch, a->seq, latent_get_threads(),
@@ -383,7 +408,9 @@ static int save_and_maybe_stop(train_run *r, int last, int stop, int tty) {
     if (last || (a->save_every && r->st.step % a->save_every == 0)) {
         if (!train_dist_same(r->d, r->m.w.slab, r->m.w.slab_floats * sizeof(float)))
             return cli_fail("train: the ranks' weights differ at step %lld (not saved)", (long long)r->st.step);
-        double failed = r->lead && latent_ckpt_save(a->out, &r->m, &r->opt, &r->st, r->model_dir, (int)a->keep, &err) != 0;
+        int bf16 = latent_precision_resolve(&r->m, a->save_dtype) == LATENT_PRECISION_BF16;
+        double failed = r->lead && latent_ckpt_save_dtype(a->out, &r->m, &r->opt, &r->st, r->model_dir, (int)a->keep,
+                                                          bf16, &err) != 0;
         if (failed) cli_fail("train: checkpoint: %s", err.msg);
         /* every rank waits for rank 0's save: none may exit (and have mpirun
          * end the job) while it writes */
@@ -442,7 +469,9 @@ static int setup(train_run *r, int resuming, const char *ckpt) {
         (a->eval_data && latent_tokens_open(&r->ev, a->eval_data, c->vocab, (int)a->seq, &err) != 0))
         return cli_fail("train: %s", err.msg);
     int local_b = train_dist_share(r->d, (int)a->batch, &r->b0);
-    latent_train_shape sh = {r->mode, local_b, (int)a->seq, (int)a->D, (int)a->K, (int)a->S};
+    latent_train_shape sh = {.mode = r->mode, .batch = local_b, .seq = (int)a->seq, .jacobi_iters = (int)a->D,
+                             .jacobi_grad_iters = (int)a->K, .lrt_subsets = (int)a->S,
+                             .bf16 = latent_precision_resolve(&r->m, a->precision) == LATENT_PRECISION_BF16};
     if (!(r->t = latent_trainer_new(&r->m, &sh, &err)) || latent_weights_alloc(&r->g, c, &err) != 0 ||
         latent_optim_init(&r->opt, c, &a->o, &err) != 0)
         return cli_fail("%s", err.msg);
@@ -573,7 +602,7 @@ int cmd_train(int argc, char **argv) {
     train_args a;
     if (parse_args(argc, argv, &a) != 0) return 2;
     if (a.threads) latent_set_threads((int)a.threads);
-    if (a.bench) return train_bench(a.steps, a.kinds);
+    if (a.bench) return train_bench(a.steps, a.kinds, a.bench_precisions ? a.bench_precisions : "f32");
     if (!a.out || !a.data || a.D < 1)
         return cli_fail(!a.out ? "train: --out DIR is required (see latent train --help)"
                         : !a.data ? "train: --data FILE.bin is required" : "train: --jacobi-iters must be >= 1");

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "latent/engine.h"
 #include "latent/model_init.h"
 #include "latent/threads.h"
 #include "latent/train.h"
@@ -20,7 +21,7 @@ static double now_s(void) {
 
 typedef struct { const char *name, *key; int mode, D, K, S; } bench_kind;
 
-int train_bench(long steps, const char *kinds_filter) {
+int train_bench(long steps, const char *kinds_filter, const char *precisions) {
     latent_config c;
     memset(&c, 0, sizeof c);
     c.d = 256, c.ffn = 768, c.n_layers = 6, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 64, c.vocab = 4096;
@@ -39,7 +40,16 @@ int train_bench(long steps, const char *kinds_filter) {
            "best of %ld timed steps after one warm-up.\n"
            "T2MLR window blocks 2..3; LRT source block 3, injected blocks 0..5 (residual + KV, own k/v).\n\n",
            B, T, N, latent_get_threads(), openblas_get_corename(), steps);
-    printf("%-22s %12s %10s %10s %9s\n", "mode", "activations", "step (s)", "tokens/s", "vs plain");
+    int precs[2], n_precs = 0; /* 0 f32, 1 bf16, in the order given */
+    for (const char *p = precisions; *p && n_precs < 2;) {
+        size_t len = strcspn(p, ",");
+        if (len == 3 && !strncmp(p, "f32", 3)) precs[n_precs++] = 0;
+        else if (len == 4 && !strncmp(p, "bf16", 4)) precs[n_precs++] = 1;
+        else return cli_fail("train --bench: --precision lists f32 and/or bf16 (got '%s')", precisions);
+        p += len + (p[len] == ',');
+    }
+    printf("products: %s (bf16: the engine's bf16 panel kernel, %s path)\n\n", precisions, latent_kernel_path());
+    printf("%-28s %12s %10s %10s %9s\n", "mode", "activations", "step (s)", "tokens/s", "vs plain");
     int32_t *tok = malloc(N * sizeof(int32_t)), *tgt = malloc(N * sizeof(int32_t));
     uint64_t r = 12345;
     for (int i = 0; i < N; i++) {
@@ -48,9 +58,10 @@ int train_bench(long steps, const char *kinds_filter) {
         tgt[i] = (int32_t)((r >> 13) % c.vocab);
     }
     latent_train_batch batch = {.tokens = tok, .targets = tgt};
-    double plain_step = 0;
+    double plain_step[2] = {0, 0};
     int rc = 0;
-    for (int k = 0; k < nk && rc == 0; k++) {
+    for (int run = 0; run < nk * n_precs && rc == 0; run++) {
+        int k = run / n_precs, bf16 = precs[run % n_precs];
         if (kinds_filter) { /* a comma-separated subset */
             const char *p = strstr(kinds_filter, kinds[k].key);
             size_t len = strlen(kinds[k].key);
@@ -68,7 +79,8 @@ int train_bench(long steps, const char *kinds_filter) {
         io.seed = 1;
         if (latent_weights_alloc(&m.w, &m.cfg, &err) != 0) return cli_fail("train --bench: %s", err.msg);
         latent_weights_init(&m.w, &m.cfg, &io);
-        latent_train_shape sh = {kinds[k].mode, B, T, kinds[k].D, kinds[k].K, kinds[k].S};
+        latent_train_shape sh = {.mode = kinds[k].mode, .batch = B, .seq = T, .jacobi_iters = kinds[k].D,
+                                 .jacobi_grad_iters = kinds[k].K, .lrt_subsets = kinds[k].S, .bf16 = bf16};
         latent_trainer *t = latent_trainer_new(&m, &sh, &err);
         latent_weights g;
         latent_optim opt;
@@ -96,10 +108,11 @@ int train_bench(long steps, const char *kinds_filter) {
              * pages): on a shared machine the minimum is the step's own cost */
             double med = times[1];
             for (long i = 2; i <= steps; i++) med = times[i] < med ? times[i] : med;
-            if (k == 0) plain_step = med;
-            printf("%-22s %8.1f MiB %10.3f %10.0f", kinds[k].name, latent_trainer_activation_bytes(t) / 1048576.0, med,
-                   N / med);
-            if (plain_step > 0) printf(" %8.2fx", med / plain_step);
+            if (k == 0) plain_step[bf16] = med;
+            char name[64];
+            snprintf(name, sizeof name, "%s, %s", kinds[k].name, bf16 ? "bf16" : "f32");
+            printf("%-28s %8.1f MiB %10.3f %10.0f", name, latent_trainer_activation_bytes(t) / 1048576.0, med, N / med);
+            if (plain_step[bf16] > 0) printf(" %8.2fx", med / plain_step[bf16]);
             printf("\n");
             fflush(stdout);
         }

@@ -165,8 +165,8 @@ done:
     return rc;
 }
 
-int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim *opt, const latent_train_state *st,
-                     const char *tok_dir, int keep, latent_err *err) {
+int latent_ckpt_save_dtype(const char *out, const latent_model *m, const latent_optim *opt,
+                           const latent_train_state *st, const char *tok_dir, int keep, int bf16, latent_err *err) {
     char name[64], staging_name[80];
     snprintf(name, sizeof name, "step-%08lld", (long long)st->step);
     snprintf(staging_name, sizeof staging_name, ".%s.staging", name);
@@ -179,7 +179,7 @@ int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim 
     }
     remove_flat_dir(staging); /* a crashed save's leftover */
     remove_stale_tmp_dirs(out);
-    if (latent_model_dir_write(staging, &m->cfg, &m->w, 0, tok_dir, 1, err) != 0) goto done;
+    if (latent_model_dir_write(staging, &m->cfg, &m->w, bf16, tok_dir, 1, err) != 0) goto done;
     crash_point(st->step, "model");
     if (save_optimizer(staging, opt, err) != 0) goto done;
     crash_point(st->step, "optimizer");
@@ -330,4 +330,9 @@ int latent_ckpt_load_state(const char *dir, latent_optim *opt, latent_train_stat
     latent_st_file_close(&f);
     free(path);
     return rc;
+}
+
+int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim *opt, const latent_train_state *st,
+                     const char *tok_dir, int keep, latent_err *err) {
+    return latent_ckpt_save_dtype(out, m, opt, st, tok_dir, keep, 0, err);
 }

@@ -865,6 +865,7 @@ int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, late
             return latent_err_set(err, LATENT_E_INVALID, "train: token id %d is outside the vocabulary (0..%d)", a < 0 || a >= V ? a : b,
                                   V - 1);
     }
+    latent_tr_set_bf16(t->s.bf16);
     memcpy(t->tok, batch->tokens, t->N * sizeof(int32_t));
     memcpy(t->tgt, batch->targets, t->N * sizeof(int32_t));
     for (int i = 0; i < t->N; i++) t->mask[i] = batch->mask ? batch->mask[i] != 0 : 1;

@@ -101,8 +101,8 @@ static void lin_fwd_task(void *ctx, int task) {
     int r0 = task * j->chunk, r1 = r0 + j->chunk > j->n ? j->n : r0 + j->chunk;
     if (r0 >= r1) return;
     float *o = j->out + (size_t)r0 * j->out_dim;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, j->out_dim, j->in_dim, 1.0f,
-                j->x + (size_t)r0 * j->in_dim, j->in_dim, j->w, j->in_dim, 0.0f, o, j->out_dim);
+    latent_tr_gemm(0, 1, r1 - r0, j->out_dim, j->in_dim, j->x + (size_t)r0 * j->in_dim, j->in_dim, j->w, j->in_dim, 0,
+                   o, j->out_dim);
     if (j->bias)
         for (int r = r0; r < r1; r++, o += j->out_dim)
             for (int c = 0; c < j->out_dim; c++) o[c] += j->bias[c];
@@ -132,9 +132,8 @@ static void lin_bwd_task(void *ctx, int task) {
         /* dx[r0:r1] += dout[r0:r1] W */
         int r0 = task * j->dx_chunk, r1 = r0 + j->dx_chunk > j->n ? j->n : r0 + j->dx_chunk;
         if (r0 >= r1) return;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, j->in_dim, j->out_dim, 1.0f,
-                    j->dout + (size_t)r0 * j->out_dim, j->out_dim, j->w, j->in_dim, 1.0f,
-                    j->dx + (size_t)r0 * j->in_dim, j->in_dim);
+        latent_tr_gemm(0, 0, r1 - r0, j->in_dim, j->out_dim, j->dout + (size_t)r0 * j->out_dim, j->out_dim, j->w,
+                       j->in_dim, 1, j->dx + (size_t)r0 * j->in_dim, j->in_dim);
         return;
     }
     /* dw[o0:o1] += dout[:, o0:o1]^T x; dbias[o0:o1] += column sums */
@@ -142,8 +141,8 @@ static void lin_bwd_task(void *ctx, int task) {
     int o0 = task * j->dw_chunk, o1 = o0 + j->dw_chunk > j->out_dim ? j->out_dim : o0 + j->dw_chunk;
     if (o0 >= o1) return;
     if (j->dw)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, j->in_dim, j->n, 1.0f, j->dout + o0,
-                    j->out_dim, j->x, j->in_dim, 1.0f, j->dw + (size_t)o0 * j->in_dim, j->in_dim);
+        latent_tr_gemm(1, 0, o1 - o0, j->in_dim, j->n, j->dout + o0, j->out_dim, j->x, j->in_dim, 1,
+                       j->dw + (size_t)o0 * j->in_dim, j->in_dim);
     if (j->dbias)
         for (int r = 0; r < j->n; r++) {
             const float *g = j->dout + (size_t)r * j->out_dim;
@@ -186,9 +185,8 @@ static void multi_fwd_task(void *ctx, int task) {
     int r0 = task * j->row_chunk, r1 = r0 + j->row_chunk > j->n ? j->n : r0 + j->row_chunk;
     if (r0 >= r1) return;
     for (int i = 0; i < j->k; i++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, j->out_dims[i], j->in_dim, 1.0f,
-                    j->x + (size_t)r0 * j->in_dim, j->in_dim, j->ws[i], j->in_dim, 0.0f,
-                    j->outs[i] + (size_t)r0 * j->out_dims[i], j->out_dims[i]);
+        latent_tr_gemm(0, 1, r1 - r0, j->out_dims[i], j->in_dim, j->x + (size_t)r0 * j->in_dim, j->in_dim, j->ws[i],
+                       j->in_dim, 0, j->outs[i] + (size_t)r0 * j->out_dims[i], j->out_dims[i]);
 }
 
 static int row_tasks_for(int n) {
@@ -212,9 +210,8 @@ static void multi_bwd_task(void *ctx, int task) {
         int r0 = task * j->row_chunk, r1 = r0 + j->row_chunk > j->n ? j->n : r0 + j->row_chunk;
         if (r0 >= r1) return;
         for (int i = 0; i < j->k; i++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, j->in_dim, j->out_dims[i], 1.0f,
-                        j->douts[i] + (size_t)r0 * j->out_dims[i], j->out_dims[i], j->ws[i], j->in_dim, 1.0f,
-                        j->dx + (size_t)r0 * j->in_dim, j->in_dim);
+            latent_tr_gemm(0, 0, r1 - r0, j->in_dim, j->out_dims[i], j->douts[i] + (size_t)r0 * j->out_dims[i],
+                           j->out_dims[i], j->ws[i], j->in_dim, 1, j->dx + (size_t)r0 * j->in_dim, j->in_dim);
         return;
     }
     /* dW_i[o0:o1] += douts[i][:, o0:o1]^T x: the weights' rows in chunks, the
@@ -226,8 +223,8 @@ static void multi_bwd_task(void *ctx, int task) {
     int od = j->out_dims[i], chunk = ((od + per - 1) / per + 15) / 16 * 16;
     int o0 = part * chunk, o1 = o0 + chunk > od ? od : o0 + chunk;
     if (o0 >= o1) return;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o1 - o0, j->in_dim, j->n, 1.0f, j->douts[i] + o0, od, j->x,
-                j->in_dim, 1.0f, j->dws[i] + (size_t)o0 * j->in_dim, j->in_dim);
+    latent_tr_gemm(1, 0, o1 - o0, j->in_dim, j->n, j->douts[i] + o0, od, j->x, j->in_dim, 1,
+                   j->dws[i] + (size_t)o0 * j->in_dim, j->in_dim);
 }
 
 void latent_tr_linear_backward_multi(float *dx, float *const *dws, const float *const *douts, const float *x,

@@ -16,6 +16,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The linear layers' products (train_gemm.c): C (M, N) = op(A) op(B), plus C
+ * when accumulate; op = transpose when ta / tb. F32 (OpenBLAS), or with
+ * latent_tr_set_bf16(1) bf16 operands and F32 sums (--precision bf16). The
+ * setting is process-wide: the trainer sets it at each step. */
+void latent_tr_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                    int accumulate, float *C, int ldc);
+void latent_tr_set_bf16(int on);
+int latent_tr_bf16(void);
+
 /* Runs fn(ctx, r0, r1) over [0, n) in contiguous chunks on the engine threads. */
 typedef void (*tr_rows_fn)(void *ctx, int r0, int r1);
 void latent_tr_par_rows(tr_rows_fn fn, void *ctx, int n);

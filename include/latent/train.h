@@ -28,6 +28,9 @@ typedef struct latent_train_shape {
     int jacobi_iters;         /* D >= 1 */
     int jacobi_grad_iters;    /* B of §2: gradients through the last B iterations (>= 0; > D acts as D) */
     int lrt_subsets;          /* S, 1 <= S <= T */
+    int bf16;                 /* linear layers' products (forward and both backward ones) with bf16 operands
+                                 and F32 sums; weights, gradients, optimizer, norms, softmax, losses and the
+                                 recurrence stay F32 (docs/training.md, "Precision") */
 } latent_train_shape;
 
 typedef struct latent_trainer latent_trainer;
@@ -156,6 +159,10 @@ typedef struct latent_train_state {
  * complete one. Keeps the newest `keep` checkpoints. */
 int latent_ckpt_save(const char *out, const latent_model *m, const latent_optim *opt, const latent_train_state *st,
                      const char *tok_dir, int keep, latent_err *err);
+/* The same with model.safetensors in bf16 (--save-dtype bf16): half the
+ * bytes, but a resume continues from the rounded weights. */
+int latent_ckpt_save_dtype(const char *out, const latent_model *m, const latent_optim *opt,
+                           const latent_train_state *st, const char *tok_dir, int keep, int bf16, latent_err *err);
 /* Loads <dir> (a checkpoint directory) into a model already loaded from it
  * and opt (initialized with the same config): moments, step, state. */
 int latent_ckpt_load_state(const char *dir, latent_optim *opt, latent_train_state *st, latent_err *err);
