@@ -129,7 +129,7 @@ __attribute__((target("avx2,fma"))) static void avx2_block(float acc[GEMM_PANEL]
 #endif
 
 static void run_generic(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
-                        int p1) {
+                        int p1, int accumulate) {
     void (*block)(float *, const uint16_t *, const uint16_t *, int, int) = generic_block;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (latent_isa_active() >= LATENT_ISA_AVX2) block = avx2_block;
@@ -143,7 +143,7 @@ static void run_generic(float *out, int ldo, const uint16_t *xb, int m, int n, i
             for (int q0 = 0; q0 < kp; q0 += KB_PAIRS) {
                 float acc[GEMM_PANEL];
                 block(acc, xb + (size_t)r * kp * 2, panel, q0, q0 + KB_PAIRS < kp ? q0 + KB_PAIRS : kp);
-                for (int j = 0; j < cols; j++) o[j] = q0 == 0 ? acc[j] : o[j] + acc[j];
+                for (int j = 0; j < cols; j++) o[j] = q0 == 0 && !accumulate ? acc[j] : o[j] + acc[j];
             }
         }
     }
@@ -169,7 +169,8 @@ __attribute__((target("avx512f"), always_inline)) static inline void put(float *
 /* ---- AVX512-BF16: vdpbf16ps ---- */
 
 __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) static inline void
-dp_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols) {
+dp_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols,
+         int acc) {
     __m512 acc0[MR_BF16], acc1[MR_BF16];
 #pragma GCC unroll 12
     for (int r = 0; r < MR; r++) acc0[r] = _mm512_setzero_ps(), acc1[r] = _mm512_setzero_ps();
@@ -186,20 +187,22 @@ dp_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16
         }
     }
 #pragma GCC unroll 12
-    for (int r = 0; r < MR; r++) put(out + (size_t)r * ldo, acc0[r], acc1[r], cols, q0 == 0);
+    for (int r = 0; r < MR; r++) put(out + (size_t)r * ldo, acc0[r], acc1[r], cols, q0 == 0 && !acc);
 }
 
 #define DP_FN(R)                                                                                                  \
     __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void dp_##R(                                   \
-        float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols) {    \
-        dp_micro(R, out, ldo, xb, ldx2, panel, q0, q1, cols);                                                    \
+        float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols,      \
+        int acc) {                                                                                                \
+        dp_micro(R, out, ldo, xb, ldx2, panel, q0, q1, cols, acc);                                               \
     }
 DP_FN(1) DP_FN(2) DP_FN(3) DP_FN(4) DP_FN(5) DP_FN(6) DP_FN(7) DP_FN(8) DP_FN(9) DP_FN(10) DP_FN(11) DP_FN(12)
 
 /* ---- AVX-512F: the pairs widened to F32 (low half: k even, high half: k odd) ---- */
 
 __attribute__((target("avx512f,avx512bw"), always_inline)) static inline void
-emu_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols) {
+emu_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols,
+          int acc) {
     __m512 acc0[MR_F32EMU], acc1[MR_F32EMU];
     const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
 #pragma GCC unroll 8
@@ -219,18 +222,18 @@ emu_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint1
         }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) put(out + (size_t)r * ldo, acc0[r], acc1[r], cols, q0 == 0);
+    for (int r = 0; r < MR; r++) put(out + (size_t)r * ldo, acc0[r], acc1[r], cols, q0 == 0 && !acc);
 }
 
 #define EMU_FN(R)                                                                                                 \
     __attribute__((target("avx512f,avx512bw"))) static void emu_##R(float *out, int ldo, const uint16_t *xb,     \
                                                                      int ldx2, const uint16_t *panel, int q0,    \
-                                                                     int q1, int cols) {                         \
-        emu_micro(R, out, ldo, xb, ldx2, panel, q0, q1, cols);                                                   \
+                                                                     int q1, int cols, int acc) {                \
+        emu_micro(R, out, ldo, xb, ldx2, panel, q0, q1, cols, acc);                                              \
     }
 EMU_FN(1) EMU_FN(2) EMU_FN(3) EMU_FN(4) EMU_FN(5) EMU_FN(6) EMU_FN(7) EMU_FN(8)
 
-typedef void (*bf16_micro)(float *, int, const uint16_t *, int, const uint16_t *, int, int, int);
+typedef void (*bf16_micro)(float *, int, const uint16_t *, int, const uint16_t *, int, int, int, int);
 static const bf16_micro dp_micros[MR_BF16] = {dp_1, dp_2, dp_3, dp_4, dp_5, dp_6, dp_7, dp_8, dp_9, dp_10, dp_11, dp_12};
 static const bf16_micro emu_micros[MR_F32EMU] = {emu_1, emu_2, emu_3, emu_4, emu_5, emu_6, emu_7, emu_8};
 
@@ -238,7 +241,7 @@ static const bf16_micro emu_micros[MR_F32EMU] = {emu_1, emu_2, emu_3, emu_4, emu
  * A panel's K blocks run in order, so every output element sees the same
  * sequence of block sums whatever m is. */
 static void run_tiles(const bf16_micro *micros, int mr_max, float *out, int ldo, const uint16_t *xb, int m, int n,
-                      int k, const uint16_t *panels, int p0, int p1) {
+                      int k, const uint16_t *panels, int p0, int p1, int acc) {
     int kp = (k + 1) / 2;
     for (int pn = p0; pn < p1; pn++) {
         const uint16_t *panel = panels + (size_t)pn * kp * GEMM_PANEL * 2;
@@ -248,25 +251,35 @@ static void run_tiles(const bf16_micro *micros, int mr_max, float *out, int ldo,
             for (int i = 0; i < m; i += mr_max) {
                 int mr = m - i < mr_max ? m - i : mr_max;
                 micros[mr - 1](out + (size_t)i * ldo + (size_t)pn * GEMM_PANEL, ldo, xb + (size_t)i * kp * 2, kp * 2, panel,
-                               q0, q1, cols);
+                               q0, q1, cols, acc);
             }
         }
     }
 }
 #endif
 
-void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
-                          int p1) {
+static void run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0, int p1,
+                int acc) {
 #if defined(__x86_64__) && defined(__GNUC__)
     latent_isa isa = latent_isa_active();
     if (isa >= LATENT_ISA_AVX512BF16) {
-        run_tiles(dp_micros, MR_BF16, out, ldo, xb, m, n, k, panels, p0, p1);
+        run_tiles(dp_micros, MR_BF16, out, ldo, xb, m, n, k, panels, p0, p1, acc);
         return;
     }
     if (isa >= LATENT_ISA_AVX512) {
-        run_tiles(emu_micros, MR_F32EMU, out, ldo, xb, m, n, k, panels, p0, p1);
+        run_tiles(emu_micros, MR_F32EMU, out, ldo, xb, m, n, k, panels, p0, p1, acc);
         return;
     }
 #endif
-    run_generic(out, ldo, xb, m, n, k, panels, p0, p1);
+    run_generic(out, ldo, xb, m, n, k, panels, p0, p1, acc);
+}
+
+void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
+                          int p1) {
+    run(out, ldo, xb, m, n, k, panels, p0, p1, 0);
+}
+
+void latent_gemm_bf16_run_acc(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels,
+                              int p0, int p1) {
+    run(out, ldo, xb, m, n, k, panels, p0, p1, 1);
 }

@@ -134,6 +134,10 @@ void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k);
  * latent_bf16_round_rows; the path follows latent_isa_active(). */
 void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
                           int p1);
+/* The same added to out (the trainer's gradient products): out + each
+ * block's sum, in k order. */
+void latent_gemm_bf16_run_acc(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels,
+                              int p0, int p1);
 
 /* ---- attention ---- */
 

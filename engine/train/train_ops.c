@@ -124,7 +124,16 @@ typedef struct {
     const float *dout, *x, *w;
     int n, in_dim, out_dim;
     int dx_tasks, dx_chunk, dw_chunk;
+    const uint16_t *xp;       /* bf16: x packed once for every weight-gradient task, or NULL */
 } lin_bwd_job;
+
+/* dw[o0:o1] += dout[:, o0:o1]^T x, with x pre-packed under bf16 */
+static void dw_product(const float *dout, int od, const float *x, const uint16_t *xp, int o0, int o1, int n, int in_dim,
+                       float *dw) {
+    if (xp && latent_tr_gemm_b(1, o1 - o0, in_dim, n, dout + o0, od, xp, 1, dw + (size_t)o0 * in_dim, in_dim) == 0)
+        return;
+    latent_tr_gemm(1, 0, o1 - o0, in_dim, n, dout + o0, od, x, in_dim, 1, dw + (size_t)o0 * in_dim, in_dim);
+}
 
 static void lin_bwd_task(void *ctx, int task) {
     const lin_bwd_job *j = ctx;
@@ -140,9 +149,7 @@ static void lin_bwd_task(void *ctx, int task) {
     task -= j->dx_tasks;
     int o0 = task * j->dw_chunk, o1 = o0 + j->dw_chunk > j->out_dim ? j->out_dim : o0 + j->dw_chunk;
     if (o0 >= o1) return;
-    if (j->dw)
-        latent_tr_gemm(1, 0, o1 - o0, j->in_dim, j->n, j->dout + o0, j->out_dim, j->x, j->in_dim, 1,
-                       j->dw + (size_t)o0 * j->in_dim, j->in_dim);
+    if (j->dw) dw_product(j->dout, j->out_dim, j->x, j->xp, o0, o1, j->n, j->in_dim, j->dw);
     if (j->dbias)
         for (int r = 0; r < j->n; r++) {
             const float *g = j->dout + (size_t)r * j->out_dim;
@@ -153,7 +160,9 @@ static void lin_bwd_task(void *ctx, int task) {
 void latent_tr_linear_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x, const float *w,
                      int n, int in_dim, int out_dim) {
     int threads = latent_get_threads();
-    lin_bwd_job j = {dx, dw, dbias, dout, x, w, n, in_dim, out_dim, 0, 1, 1};
+    /* bf16: x is the packed operand of every weight-gradient task: pack it once */
+    const uint16_t *xp = dw && latent_tr_bf16() ? latent_tr_pack_b(0, x, in_dim, in_dim, n) : NULL;
+    lin_bwd_job j = {dx, dw, dbias, dout, x, w, n, in_dim, out_dim, 0, 1, 1, xp};
     int dw_tasks = 0;
     if (dx) {
         j.dx_tasks = n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
@@ -178,6 +187,7 @@ typedef struct {
     const int *out_dims;
     int k, n, in_dim, row_tasks, row_chunk, dw_tasks;
     int per[MULTI_MAX]; /* dW tasks of each matrix, as tr_linear_backward splits it */
+    const uint16_t *xp; /* bf16: x packed once for every weight-gradient task, or NULL */
 } multi_job;
 
 static void multi_fwd_task(void *ctx, int task) {
@@ -223,8 +233,7 @@ static void multi_bwd_task(void *ctx, int task) {
     int od = j->out_dims[i], chunk = ((od + per - 1) / per + 15) / 16 * 16;
     int o0 = part * chunk, o1 = o0 + chunk > od ? od : o0 + chunk;
     if (o0 >= o1) return;
-    latent_tr_gemm(1, 0, o1 - o0, j->in_dim, j->n, j->douts[i] + o0, od, j->x, j->in_dim, 1,
-                   j->dws[i] + (size_t)o0 * j->in_dim, j->in_dim);
+    dw_product(j->douts[i], od, j->x, j->xp, o0, o1, j->n, j->in_dim, j->dws[i]);
 }
 
 void latent_tr_linear_backward_multi(float *dx, float *const *dws, const float *const *douts, const float *x,
@@ -234,6 +243,7 @@ void latent_tr_linear_backward_multi(float *dx, float *const *dws, const float *
     multi_job j = {.dx = dx, .dws = dws, .douts = douts, .x = x, .ws = ws, .out_dims = out_dims, .k = k, .n = n,
                    .in_dim = in_dim, .row_tasks = tasks, .row_chunk = (n + tasks - 1) / tasks};
     for (int i = 0; i < k; i++) j.dw_tasks += j.per[i] = out_dims[i] >= 32 * threads ? threads : 1;
+    j.xp = latent_tr_bf16() ? latent_tr_pack_b(0, x, in_dim, in_dim, n) : NULL;
     latent_parallel_for(multi_bwd_task, &j, j.row_tasks + j.dw_tasks);
 }
 

@@ -24,6 +24,13 @@ void latent_tr_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda
                     int accumulate, float *C, int ldc);
 void latent_tr_set_bf16(int on);
 int latent_tr_bf16(void);
+/* bf16: op(B) packed once for several products with it (a buffer of this
+ * module's, valid until the next call: one op at a time, from the thread
+ * that calls the ops), and such a product; NULL / -1 when out of memory
+ * (the caller falls back to latent_tr_gemm). */
+const uint16_t *latent_tr_pack_b(int tb, const float *B, int ldb, int N, int K);
+int latent_tr_gemm_b(int ta, int M, int N, int K, const float *A, int lda, const uint16_t *panels, int accumulate,
+                     float *C, int ldc);
 
 /* Runs fn(ctx, r0, r1) over [0, n) in contiguous chunks on the engine threads. */
 typedef void (*tr_rows_fn)(void *ctx, int r0, int r1);
