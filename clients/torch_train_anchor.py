@@ -61,6 +61,7 @@ class Model(nn.Module):
     def __init__(self):
         super().__init__()
         self.emb = nn.Embedding(VOCAB, D)
+        nn.init.normal_(self.emb.weight, std=0.02)  # as `latent init`: logits start small
         mask = torch.full((T, T), float("-inf")).triu(1)
         self.blocks = nn.ModuleList(Block(mask) for _ in range(LAYERS))
         self.norm = RMSNorm(D)
