@@ -493,7 +493,13 @@ static void blk_backward(latent_trainer *t, int l, const blk *A, const chain *ch
 static void head_forward(latent_trainer *t, head *h, const float *x, int n) {
     const latent_config *c = t->c;
     latent_tr_rmsnorm_forward(h->fn, h->rs, x, t->m->w.final_norm, n, c->d, c->rms_eps);
+    /* The LM head stays F32 under bf16: its logits feed the loss directly,
+     * and with them in bf16 the default recipe's loss spiked 12% at one
+     * early step against F32 (clients/bf16_curve.sh; docs/training.md). */
+    int bf16 = latent_tr_bf16();
+    latent_tr_set_bf16(0);
     latent_tr_linear_forward(h->logits, h->fn, t->m->w.lm_head, NULL, n, c->d, c->vocab);
+    latent_tr_set_bf16(bf16);
 }
 
 static int count_scored(const uint8_t *mask, int n) {
@@ -527,7 +533,10 @@ static void head_backward(latent_trainer *t, head *h, const float *x, int n, con
     const latent_config *c = t->c;
     size_t nd = (size_t)n * c->d;
     memset(t->da, 0, nd * sizeof(float));
+    int bf16 = latent_tr_bf16(); /* the LM head in F32 (head_forward) */
+    latent_tr_set_bf16(0);
     latent_tr_linear_backward(t->da, g->lm_head, NULL, h->logits, h->fn, t->m->w.lm_head, n, c->d, c->vocab);
+    latent_tr_set_bf16(bf16);
     if (dfn_extra) latent_tr_add(t->da, dfn_extra, nd);
     memset(t->dres, 0, nd * sizeof(float));
     latent_tr_rmsnorm_backward(t->dres, g->final_norm, t->da, x, h->rs, t->m->w.final_norm, n, c->d);

@@ -28,9 +28,9 @@ typedef struct latent_train_shape {
     int jacobi_iters;         /* D >= 1 */
     int jacobi_grad_iters;    /* B of §2: gradients through the last B iterations (>= 0; > D acts as D) */
     int lrt_subsets;          /* S, 1 <= S <= T */
-    int bf16;                 /* linear layers' products (forward and both backward ones) with bf16 operands
-                                 and F32 sums; weights, gradients, optimizer, norms, softmax, losses and the
-                                 recurrence stay F32 (docs/training.md, "Precision") */
+    int bf16;                 /* linear layers' products but the LM head's (forward and both backward ones)
+                                 with bf16 operands and F32 sums; weights, gradients, optimizer, norms,
+                                 softmax, losses and the recurrence stay F32 (docs/training.md, "Precision") */
 } latent_train_shape;
 
 typedef struct latent_trainer latent_trainer;
