@@ -110,84 +110,44 @@ AVX512_FN __attribute__((always_inline)) static inline __m512 reduce16(const __m
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), e);
 }
 
-/* scores[g * len + i] = scale * q_g . k_i for the group's q heads, sixteen
- * keys of the tile (rows of hd floats) at a time; hd % 16 == 0. Rows past
- * len up to the next multiple of 16 are read (the tile has room) and their
- * lanes never stored. Inlined with hd a constant for the common head sizes,
- * so the sixteen rows are fixed offsets from one register. */
-AVX512_FN __attribute__((always_inline)) static inline void
-tile_scores_t(float *scores, int len, const float *q0, int group, int hd, const float *ktile, float scale) {
-    const __m512 sc = _mm512_set1_ps(scale);
-    for (int i0 = 0; i0 < len; i0 += 16) {
-        int nk = len - i0 < 16 ? len - i0 : 16;
-        const float *k = ktile + (size_t)i0 * hd;
-        for (int g = 0; g < group; g++) {
-            const float *qg = q0 + (size_t)g * hd;
-            __m512 a[16];
-#pragma GCC unroll 16
-            for (int t = 0; t < 16; t++) a[t] = _mm512_setzero_ps();
-            for (int e = 0; e < hd; e += 16) {
-                __m512 qv = _mm512_loadu_ps(qg + e);
-#pragma GCC unroll 16
-                for (int t = 0; t < 16; t++) a[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k + (size_t)t * hd + e), a[t]);
-            }
-            _mm512_mask_storeu_ps(scores + (size_t)g * len + i0, (__mmask16)((1u << nk) - 1),
-                                  _mm512_mul_ps(reduce16(a), sc));
-        }
-    }
-}
+/* Where a chunk's key or value rows are: a contiguous F32 tile (rows of
+ * hd floats, room for 16-row rounding), or, for a single row, pointers
+ * into the pages (bf16 widened as loaded: copying one row's keys into a
+ * tile would cost more than it saves). The kernels below do the same
+ * arithmetic on the same values either way, so the bits are the same;
+ * test_determinism compares prefill rows (tiles) with decode rows (pages). */
+typedef struct {
+    const float *tile;
+    const void *const *rows;
+    int in_place, bf16;
+} chunk_src;
 
-AVX512_FN static void tile_scores(float *scores, int len, const float *q0, int group, int hd, const float *ktile,
-                                  float scale) {
-    if (hd == 64) tile_scores_t(scores, len, q0, group, 64, ktile, scale);
-    else if (hd == 128) tile_scores_t(scores, len, q0, group, 128, ktile, scale);
-    else tile_scores_t(scores, len, q0, group, hd, ktile, scale);
-}
-
-/* out_g = sum_i p[g * len + i] v_i over the tile's rows, 16 features of up
- * to four heads at a time, the sums kept in registers; hd % 16 == 0. */
-AVX512_FN static void tile_values(float *out0, const float *p, int len, int group, int hd, const float *vtile) {
-    for (int g0 = 0; g0 < group; g0 += 4) {
-        int gn = group - g0 < 4 ? group - g0 : 4;
-        const float *p0 = p + (size_t)g0 * len, *p1 = p0 + len, *p2 = p1 + len, *p3 = p2 + len;
-        for (int e = 0; e < hd; e += 16) {
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int i = 0; i < len; i++) {
-                __m512 v = _mm512_loadu_ps(vtile + (size_t)i * hd + e);
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[i]), v, a0);
-                if (gn > 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(p1[i]), v, a1);
-                if (gn > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(p2[i]), v, a2);
-                if (gn > 3) a3 = _mm512_fmadd_ps(_mm512_set1_ps(p3[i]), v, a3);
-            }
-            float *o = out0 + (size_t)g0 * hd + e;
-            _mm512_storeu_ps(o, a0);
-            if (gn > 1) _mm512_storeu_ps(o + hd, a1);
-            if (gn > 2) _mm512_storeu_ps(o + 2 * hd, a2);
-            if (gn > 3) _mm512_storeu_ps(o + 3 * hd, a3);
-        }
-    }
-}
-
-/* The same two kernels reading rows in place from the pages through row
- * pointers (bf16 widened as loaded): for a single row, copying its keys
- * into a tile would cost more than it saves. The arithmetic is
- * tile_scores' and tile_values' operation for operation on the same values,
- * so the bits are too; test_determinism compares the two. */
-AVX512_FN static inline __m512 load_row16(const void *row, int e, int bf16) {
-    if (bf16)
+AVX512_FN __attribute__((always_inline)) static inline __m512 src16(const chunk_src *s, int i, int e, int hd) {
+    if (!s->in_place) return _mm512_loadu_ps(s->tile + (size_t)i * hd + e);
+    if (s->bf16)
         return _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e))), 16));
-    return _mm512_loadu_ps((const float *)row + e);
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)s->rows[i] + e))), 16));
+    return _mm512_loadu_ps((const float *)s->rows[i] + e);
 }
 
+/* scores[g * len + i] = scale * q_g . k_i for the group's q heads, sixteen
+ * keys at a time; hd % 16 == 0. Keys past len up to the next multiple of
+ * 16 are read (a valid row) and their lanes never stored. Inlined with hd
+ * and the source kind constant, so the tile's sixteen rows are fixed
+ * offsets from one register. */
 AVX512_FN __attribute__((always_inline)) static inline void
-ptr_scores_t(float *scores, int len, const float *q0, int group, int hd, const void *const *krows, float scale,
-             int bf16) {
+scores_t(float *scores, int len, const float *q0, int group, int hd, chunk_src src, float scale) {
     const __m512 sc = _mm512_set1_ps(scale);
     for (int i0 = 0; i0 < len; i0 += 16) {
         int nk = len - i0 < 16 ? len - i0 : 16;
+        chunk_src s = src; /* the 16 keys from i0 (past len: key i0 again, in place) */
         const void *k[16];
-        for (int t = 0; t < 16; t++) k[t] = krows[i0 + (t < nk ? t : 0)]; /* past len: any valid row, not stored */
+        if (s.in_place) {
+            for (int t = 0; t < 16; t++) k[t] = src.rows[i0 + (t < nk ? t : 0)];
+            s.rows = k;
+        } else {
+            s.tile = src.tile + (size_t)i0 * hd;
+        }
         for (int g = 0; g < group; g++) {
             const float *qg = q0 + (size_t)g * hd;
             __m512 a[16];
@@ -196,7 +156,7 @@ ptr_scores_t(float *scores, int len, const float *q0, int group, int hd, const v
             for (int e = 0; e < hd; e += 16) {
                 __m512 qv = _mm512_loadu_ps(qg + e);
 #pragma GCC unroll 16
-                for (int t = 0; t < 16; t++) a[t] = _mm512_fmadd_ps(qv, load_row16(k[t], e, bf16), a[t]);
+                for (int t = 0; t < 16; t++) a[t] = _mm512_fmadd_ps(qv, src16(&s, t, e, hd), a[t]);
             }
             _mm512_mask_storeu_ps(scores + (size_t)g * len + i0, (__mmask16)((1u << nk) - 1),
                                   _mm512_mul_ps(reduce16(a), sc));
@@ -204,15 +164,17 @@ ptr_scores_t(float *scores, int len, const float *q0, int group, int hd, const v
     }
 }
 
+/* out_g = sum_i p[g * len + i] v_i, 16 features of up to four heads at a
+ * time, the sums kept in registers; hd % 16 == 0. */
 AVX512_FN __attribute__((always_inline)) static inline void
-ptr_values_t(float *out0, const float *p, int len, int group, int hd, const void *const *vrows, int bf16) {
+values_t(float *out0, const float *p, int len, int group, int hd, chunk_src src) {
     for (int g0 = 0; g0 < group; g0 += 4) {
         int gn = group - g0 < 4 ? group - g0 : 4;
         const float *p0 = p + (size_t)g0 * len, *p1 = p0 + len, *p2 = p1 + len, *p3 = p2 + len;
         for (int e = 0; e < hd; e += 16) {
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (int i = 0; i < len; i++) {
-                __m512 v = load_row16(vrows[i], e, bf16);
+                __m512 v = src16(&src, i, e, hd);
                 a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[i]), v, a0);
                 if (gn > 1) a1 = _mm512_fmadd_ps(_mm512_set1_ps(p1[i]), v, a1);
                 if (gn > 2) a2 = _mm512_fmadd_ps(_mm512_set1_ps(p2[i]), v, a2);
@@ -227,16 +189,20 @@ ptr_values_t(float *out0, const float *p, int len, int group, int hd, const void
     }
 }
 
-AVX512_FN static void ptr_scores(float *scores, int len, const float *q0, int group, int hd, const void *const *krows,
-                                 float scale, int bf16) {
-    if (bf16) ptr_scores_t(scores, len, q0, group, hd, krows, scale, 1);
-    else ptr_scores_t(scores, len, q0, group, hd, krows, scale, 0);
+/* The specialisations actually run: tiles (with 64- and 128-wide heads
+ * constant), and in place for F32 or bf16 pages. */
+AVX512_FN static void chunk_scores(float *scores, int len, const float *q0, int group, int hd, chunk_src s, float scale) {
+    if (s.in_place && s.bf16) scores_t(scores, len, q0, group, hd, (chunk_src){NULL, s.rows, 1, 1}, scale);
+    else if (s.in_place) scores_t(scores, len, q0, group, hd, (chunk_src){NULL, s.rows, 1, 0}, scale);
+    else if (hd == 64) scores_t(scores, len, q0, group, 64, (chunk_src){s.tile, NULL, 0, 0}, scale);
+    else if (hd == 128) scores_t(scores, len, q0, group, 128, (chunk_src){s.tile, NULL, 0, 0}, scale);
+    else scores_t(scores, len, q0, group, hd, (chunk_src){s.tile, NULL, 0, 0}, scale);
 }
 
-AVX512_FN static void ptr_values(float *out0, const float *p, int len, int group, int hd, const void *const *vrows,
-                                 int bf16) {
-    if (bf16) ptr_values_t(out0, p, len, group, hd, vrows, 1);
-    else ptr_values_t(out0, p, len, group, hd, vrows, 0);
+AVX512_FN static void chunk_values(float *out0, const float *p, int len, int group, int hd, chunk_src s) {
+    if (s.in_place && s.bf16) values_t(out0, p, len, group, hd, (chunk_src){NULL, s.rows, 1, 1});
+    else if (s.in_place) values_t(out0, p, len, group, hd, (chunk_src){NULL, s.rows, 1, 0});
+    else values_t(out0, p, len, group, hd, (chunk_src){s.tile, NULL, 0, 0});
 }
 #endif
 
@@ -319,8 +285,7 @@ static void chunk_partial(const attn_job *j, int r, int kvh, int len, const chun
     /* scores (group, len), then their exponentials, then the weighted values */
     if (b->fast) {
 #ifdef LATENT_HAVE_AVX512_CODE
-        if (b->in_place) ptr_scores(scores, len, q0, group, hd, b->krows, scale, b->bf16);
-        else tile_scores(scores, len, q0, group, hd, b->ktile, scale);
+        chunk_scores(scores, len, q0, group, hd, (chunk_src){b->ktile, b->krows, b->in_place, b->bf16}, scale);
 #endif
     } else {
         for (int t = 0; t < len; t++)
@@ -334,8 +299,7 @@ static void chunk_partial(const attn_job *j, int r, int kvh, int len, const chun
     }
     if (b->fast) {
 #ifdef LATENT_HAVE_AVX512_CODE
-        if (b->in_place) ptr_values(oc, scores, len, group, hd, b->vrows, b->bf16);
-        else tile_values(oc, scores, len, group, hd, b->vtile);
+        chunk_values(oc, scores, len, group, hd, (chunk_src){b->vtile, b->vrows, b->in_place, b->bf16});
 #endif
     } else {
         memset(oc, 0, (size_t)group * hd * sizeof(float));
