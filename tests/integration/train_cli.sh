@@ -180,5 +180,22 @@ if [ "$rc" -eq 130 ] && [ "$(readlink "$o/latest")" = "$(printf 'step-%08d' "$st
     ok "SIGINT: saved step $steps and exited 130"
 else fail "SIGINT: exit $rc, latest $(readlink "$o/latest"), $steps steps logged"; fi
 
+# --- precision: bf16 products, the checkpoint's dtype, auto from a BF16 model ----------
+o=$tmp/bf
+if "$latent" train --model "$tmp/plain" --out "$o" --data "$tmp/train.bin" --steps 3 "${base[@]}" --precision bf16 \
+        --save-dtype bf16 >"$tmp/bf.log" 2>&1 && grep -q "products bf16" "$tmp/bf.log" &&
+   "$PY" -c "import json,struct,sys; f=open(sys.argv[1],'rb'); h=json.loads(f.read(struct.unpack('<Q',f.read(8))[0]))
+assert {v['dtype'] for k,v in h.items() if k!='__metadata__'} == {'BF16'}, h" "$o/latest/model.safetensors" &&
+   "$latent" generate --model "$o/latest" --prompt "ab" -n 4 --temperature 0 >/dev/null 2>&1; then
+    ok "--precision bf16 --save-dtype bf16: a BF16 checkpoint that loads"
+else fail "--precision bf16 --save-dtype bf16" "$(tail -3 "$tmp/bf.log")"; fi
+if "$latent" train --model "$o/latest" --out "$tmp/bf2" --data "$tmp/train.bin" --steps 2 "${base[@]}" >"$tmp/bf2.log" 2>&1 &&
+   grep -q "products bf16" "$tmp/bf2.log" &&
+   "$PY" -c "import json,struct,sys; f=open(sys.argv[1],'rb'); h=json.loads(f.read(struct.unpack('<Q',f.read(8))[0]))
+assert {v['dtype'] for k,v in h.items() if k!='__metadata__'} == {'BF16'}, h" "$tmp/bf2/latest/model.safetensors"; then
+    ok "auto on a BF16 model: bf16 products, a BF16 checkpoint"
+else fail "--precision/--save-dtype auto on a BF16 model" "$(tail -3 "$tmp/bf2.log")"; fi
+expect_fail "--precision bogus" "precision must be" -- "$latent" train --model "$tmp/plain" --out "$tmp/bf3" --data "$tmp/train.bin" --precision fp8
+
 echo "$((n - fails)) of $n passed"
 [ "$fails" -eq 0 ]
