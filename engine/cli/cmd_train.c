@@ -41,7 +41,10 @@ static const char *help =
     "                       lrt for an LRT model, plain otherwise; plain on a\n"
     "                       recurrent model trains the backbone, recurrent path off)\n"
     "  --jacobi-iters D     T2MLR Jacobi iterations (4)\n"
-    "  --jacobi-grad-iters K  iterations the gradient flows through (2)\n"
+    "  --jacobi-grad-iters K  iterations the gradient flows through (2): the last K run\n"
+    "  --jacobi-tol EPS     adaptive Jacobi: stop the middle passes once an iteration\n"
+    "                       changes the recurrent state by less than EPS (max abs);\n"
+    "                       --jacobi-iters is then the cap (0: always D; default 0)\n"
     "  --lrt-subsets S      LRT interleaved subsets (2)\n"
     "  --optimizer adamw|sgd (adamw)  --lr X (1e-3)  --weight-decay W (0)\n"
     "  --beta1 X (0.9)  --beta2 X (0.999)  --eps X (1e-8)\n"
@@ -86,6 +89,7 @@ typedef struct {
     int mode; /* -1: from the model */
     int shuffle, resume, bench;
     latent_precision precision, save_dtype;  /* save_dtype: AUTO, F32 or BF16 */
+    double jacobi_tol;
     const char *bench_precisions;            /* --precision's list, for --bench */
     latent_optim_opts o;
 } train_args;
@@ -189,6 +193,11 @@ static int parse_args(int argc, char **argv, train_args *a) {
             if (strchr(v, ',')) continue; /* a list: --bench only (checked there) */
             if (latent_precision_parse(v, &a->precision) != 0)
                 return cli_fail("train: --precision must be auto, f32 or bf16 (got '%s')", v);
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--jacobi-tol", &v)) {
+            if (cli_parse_double(v, 0, 1e9, &a->jacobi_tol) != 0)
+                return cli_fail("train: --jacobi-tol must be a number >= 0 (got '%s')", v);
             continue;
         }
         if (cli_opt(argc, argv, &i, "--save-dtype", &v)) {
@@ -298,8 +307,9 @@ static void log_step(FILE *log, const latent_train_state *st, double loss, doubl
     fprintf(log, ", \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f", lr, gn, tps);
     if (!isnan(comm_s)) fprintf(log, ", \"allreduce_s\": %.6f", comm_s); /* data parallel: time in the collectives */
     if (mode == LATENT_TRAIN_JACOBI)
-        fprintf(log, ", \"tanh_gamma_rec\": %.6g, \"tanh_gamma_cur\": %.6g, \"gate_rec\": %.6g, \"gate_cur\": %.6g",
-                gs->tanh_gamma_rec, gs->tanh_gamma_cur, gs->gate_rec, gs->gate_cur);
+        fprintf(log, ", \"jacobi_iters\": %d, \"tanh_gamma_rec\": %.6g, \"tanh_gamma_cur\": %.6g, \"gate_rec\": %.6g, "
+                     "\"gate_cur\": %.6g",
+                gs->jacobi_iters, gs->tanh_gamma_rec, gs->tanh_gamma_cur, gs->gate_rec, gs->gate_cur);
     if (mode == LATENT_TRAIN_LRT)
         fprintf(log, ", \"alpha\": %.6g, \"gamma\": %.6g, \"gate_loc\": %.6g, \"gate_fb\": %.6g", gs->alpha, gs->gamma,
                 gs->gate_loc, gs->gate_fb);
@@ -470,7 +480,7 @@ static int setup(train_run *r, int resuming, const char *ckpt) {
         return cli_fail("train: %s", err.msg);
     int local_b = train_dist_share(r->d, (int)a->batch, &r->b0);
     latent_train_shape sh = {.mode = r->mode, .batch = local_b, .seq = (int)a->seq, .jacobi_iters = (int)a->D,
-                             .jacobi_grad_iters = (int)a->K, .lrt_subsets = (int)a->S,
+                             .jacobi_grad_iters = (int)a->K, .lrt_subsets = (int)a->S, .jacobi_tol = a->jacobi_tol,
                              .bf16 = latent_precision_resolve(&r->m, a->precision) == LATENT_PRECISION_BF16};
     if (!(r->t = latent_trainer_new(&r->m, &sh, &err)) || latent_weights_alloc(&r->g, c, &err) != 0 ||
         latent_optim_init(&r->opt, c, &a->o, &err) != 0)
@@ -570,6 +580,11 @@ static int train(train_args *a, train_dist *d) {
     if (a->seq > r.m.cfg.max_pos) {
         latent_model_free(&r.m);
         return cli_fail("train: --seq %ld exceeds the model's max_position_embeddings (%d)", a->seq, r.m.cfg.max_pos);
+    }
+    if (a->jacobi_tol > 0 && d->size > 1) {
+        latent_model_free(&r.m);
+        return cli_fail("train: --jacobi-tol under mpirun is not supported yet (each rank would stop its Jacobi "
+                        "iterations on its own share; run fixed --jacobi-iters)");
     }
     if (a->batch < d->size) {
         latent_model_free(&r.m);

@@ -85,9 +85,9 @@ struct latent_trainer {
     /* Jacobi */
     chain fin, *mid;
     head hfin;
-    int n_mid, first_stored;
-    float **R;                /* stored R^(j) for j >= first_stored */
-    float *Rscr[2], *M, *dX, *dR, *dR2, *dM;
+    int n_mid, n_R;
+    float **R;                /* a ring: R^(j) in R[j % n_R], the last n_R = max(G + 1, 2) kept */
+    float *M, *dX, *dR, *dR2, *dM;
 
     /* LRT */
     int S, *sub_n;
@@ -195,8 +195,7 @@ static void trainer_layout(latent_trainer *t, carver *cv) {
         t->fin.b = next, next += L - ls;
         chain_layout(t, cv, &t->fin, ls, (int)L - 1, t->T, 0, 1, 0);
         head_layout(t, cv, &t->hfin, (int)N);
-        for (int i = 0; i <= t->G; i++) t->R[i] = take(cv, N * d);
-        t->Rscr[0] = take(cv, N * d), t->Rscr[1] = take(cv, N * d);
+        for (int i = 0; i < t->n_R; i++) t->R[i] = take(cv, N * d);
         t->M = take(cv, N * d), t->dX = take(cv, N * d), t->dR = take(cv, N * d), t->dR2 = take(cv, N * d);
         t->dM = take(cv, N * d);
         t->fscr = take(cv, N * (5 * d + 2));
@@ -260,9 +259,9 @@ latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_sha
         t->D = s->jacobi_iters;
         t->G = s->jacobi_grad_iters < t->D - 1 ? s->jacobi_grad_iters : t->D - 1;
         t->n_mid = t->G > 0 ? t->G : (t->D > 1 ? 1 : 0);
-        t->first_stored = t->D - 1 - t->G;
+        t->n_R = t->G + 1 < 2 ? 2 : t->G + 1;
         t->mid = calloc(t->n_mid ? t->n_mid : 1, sizeof *t->mid);
-        t->R = calloc(t->G + 1, sizeof *t->R);
+        t->R = calloc(t->n_R, sizeof *t->R);
         if (!t->mid || !t->R) goto oom;
         n_blks = le + 1 + t->n_mid * (le - ls + 1) + (L - ls);
     } else {
@@ -560,10 +559,22 @@ static double plain_step(latent_trainer *t, latent_weights *g) {
 
 /* ---- T2MLR Jacobi (models.md §2) ---------------------------------------- */
 
-/* Where R^(j) lives: stored when a pass with gradient reads it, else one of
- * two scratch buffers. */
-static float *jacobi_R(latent_trainer *t, int j) {
-    return j >= t->first_stored ? t->R[j - t->first_stored] : t->Rscr[j & 1];
+/* Where R^(j) lives: a ring holding the last max(G + 1, 2), which are the
+ * ones the backward reads, however many iterations ran. */
+static float *jacobi_R(latent_trainer *t, int j) { return t->R[j % t->n_R]; }
+
+/* max |R^(k) - R^(k-1)| over the batch, R^(k) = shift_right(M) (position 0
+ * is 0 in both): how far this iteration moved the recurrent state. */
+static float jacobi_delta(const float *M, const float *Rp, int B, int T, int d) {
+    float mx = 0;
+    for (int b = 0; b < B; b++) {
+        const float *m = M + (size_t)b * T * d, *r = Rp + (size_t)b * T * d + d;
+        for (size_t i = 0; i < (size_t)(T - 1) * d; i++) {
+            float x = fabsf(m[i] - r[i]);
+            mx = x > mx ? x : mx;
+        }
+    }
+    return mx;
 }
 
 static t2mlr_fuse_w fuse_weights(const latent_weights *w) {
@@ -591,17 +602,27 @@ static double jacobi_step(latent_trainer *t, latent_weights *g) {
     const float *X = A->b[ls].x;
     latent_tr_shift_right_forward(jacobi_R(t, 0), A->out, t->B, t->T, d);
 
-    /* 2. D-1 middle passes on X; the first D-1-G run in mid[0] and are
-     * overwritten (their M is detached), the last G keep their activations. */
+    /* 2. up to D-1 middle passes on X, iteration k's activations in
+     * mid[k % G] (a ring: the last G run keep theirs, for the backward).
+     * Adaptive (jacobi_tol > 0): stop once an iteration moves the state by
+     * less than the tolerance; D and G are then the iterations run. */
+    double tol = t->s.jacobi_tol;
     for (int k = 1; k < D; k++) {
-        chain *ch = &t->mid[k >= D - G ? k - (D - G) : 0];
+        chain *ch = &t->mid[G > 0 ? k % G : 0];
         const float *Rp = jacobi_R(t, k - 1);
         latent_tr_t2mlr_fuse_forward(ch->in, &ch->fuse, X, Rp, fw, t->flow, N, d);
         for (int l = ls; l <= le; l++) blk_forward(t, l, &ch->b[l - ls], ch);
         latent_tr_t2mlr_update_forward(t->M, ch->f, ch->out, Rp, t->flow, tc->cache_residual, tc->cache_norm_clamp,
                                 tc->cache_norm_eps, N, d);
+        int converged = tol > 0 && jacobi_delta(t->M, Rp, t->B, t->T, d) < tol;
         latent_tr_shift_right_forward(jacobi_R(t, k), t->M, t->B, t->T, d);
+        if (converged) {
+            D = k + 1;
+            break;
+        }
     }
+    if (G > D - 1) G = D - 1;
+    t->stats.jacobi_iters = D;
 
     /* 3. final pass: blocks l_start..L-1 on Phi(X, R^(D-1)), loss. */
     chain *F = &t->fin;
@@ -623,7 +644,7 @@ static double jacobi_step(latent_trainer *t, latent_weights *g) {
     latent_tr_t2mlr_fuse_backward(t->dX, R_LIVE(D - 1) ? t->dR : NULL, fg, t->dres, &F->fuse, X, jacobi_R(t, D - 1), fw,
                            t->flow, t->fscr, N, d);
     for (int k = D - 1; k >= D - G && k >= 1; k--) {
-        chain *ch = &t->mid[k - (D - G)];
+        chain *ch = &t->mid[k % t->G];
         /* R^(k) = shift_right(M) */
         memset(t->dM, 0, nd * sizeof(float));
         latent_tr_shift_right_backward(t->dM, t->dR, t->B, t->T, d);
@@ -836,7 +857,9 @@ static void gate_stats(latent_trainer *t) {
     const latent_config *c = t->c;
     const latent_weights *w = &t->m->w;
     latent_gate_stats *st = &t->stats;
+    int iters = st->jacobi_iters; /* set by jacobi_step */
     memset(st, 0, sizeof *st);
+    st->jacobi_iters = iters;
     if (t->s.mode == LATENT_TRAIN_JACOBI) {
         st->tanh_gamma_rec = tanh(w->t2mlr.gamma_rec[0]);
         st->tanh_gamma_cur = tanh(w->t2mlr.gamma_cur[0]);

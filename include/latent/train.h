@@ -26,7 +26,9 @@ typedef struct latent_train_shape {
     latent_train_mode mode;
     int batch, seq;           /* B sequences of T positions per step */
     int jacobi_iters;         /* D >= 1 */
-    int jacobi_grad_iters;    /* B of §2: gradients through the last B iterations (>= 0; > D acts as D) */
+    int jacobi_grad_iters;    /* B of §2: gradients through the last B iterations run (>= 0; > D acts as D) */
+    double jacobi_tol;        /* > 0: adaptive Jacobi, the middle passes stop once the largest change of the
+                                 recurrent state between two iterations is below it (D is then a cap); 0: D */
     int lrt_subsets;          /* S, 1 <= S <= T */
     int bf16;                 /* linear layers' products but the LM head's (forward and both backward ones)
                                  with bf16 operands and F32 sums; weights, gradients, optimizer, norms,
@@ -82,6 +84,7 @@ typedef struct latent_gate_stats {
     double gate_rec, gate_cur;               /* T2MLR: mean sigmoid gates of the final pass */
     double alpha, gamma;                     /* LRT: mean alpha_i, gamma_i over injected blocks */
     double gate_loc, gate_fb;                /* LRT: mean KV gates of the subset passes */
+    int jacobi_iters;                        /* Jacobi: the iterations D the last step ran (adaptive: <= cap) */
 } latent_gate_stats;
 void latent_trainer_gate_stats(const latent_trainer *t, latent_gate_stats *out);
 

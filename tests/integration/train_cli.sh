@@ -180,6 +180,15 @@ if [ "$rc" -eq 130 ] && [ "$(readlink "$o/latest")" = "$(printf 'step-%08d' "$st
     ok "SIGINT: saved step $steps and exited 130"
 else fail "SIGINT: exit $rc, latest $(readlink "$o/latest"), $steps steps logged"; fi
 
+# --- adaptive Jacobi: fewer iterations than the cap, logged per step --------------------
+o=$tmp/adapt
+if "$latent" train --model "$tmp/t2" --out "$o" --data "$tmp/train.bin" --steps 4 "${base[@]}" --jacobi-iters 12 \
+        --jacobi-tol 1e-4 >"$tmp/adapt.log" 2>&1 &&
+   "$PY" -c "import json,sys; it=[json.loads(l)['jacobi_iters'] for l in open(sys.argv[1])]
+assert len(it) == 4 and all(1 <= i < 12 for i in it), it; print(it)" "$o/train.jsonl" >"$tmp/adapt.out" 2>&1; then
+    ok "--jacobi-tol: iterations per step $(cat "$tmp/adapt.out") of a cap of 12, in train.jsonl"
+else fail "--jacobi-tol" "$(tail -3 "$tmp/adapt.log" "$tmp/adapt.out" 2>/dev/null)"; fi
+
 # --- precision: bf16 products, the checkpoint's dtype, auto from a BF16 model ----------
 o=$tmp/bf
 if "$latent" train --model "$tmp/plain" --out "$o" --data "$tmp/train.bin" --steps 3 "${base[@]}" --precision bf16 \

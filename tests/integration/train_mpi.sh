@@ -102,6 +102,12 @@ if timeout 60 "${MPI[@]}" -np 3 "$latent" train --model "$tmp/plain" --data "$tm
 elif grep -q "smaller than the 3 ranks" "$tmp/logtiny"; then ok "batch 2 over 3 ranks refused"
 else fail "batch 2 over 3 ranks" "$(tail -3 "$tmp/logtiny")"; fi
 
+# Adaptive Jacobi decides per batch: refused under mpirun (each rank would decide on its share).
+if "${MPI[@]}" -np 2 "$latent" train --model "$tmp/t2" --data "$tmp/train.bin" --out "$tmp/adapt" --seq 8 --batch 4 \
+        --steps 2 --threads 1 --jacobi-tol 1e-4 >"$tmp/logadapt" 2>&1; then fail "--jacobi-tol under mpirun: exited 0"
+elif grep -q "jacobi-tol under mpirun" "$tmp/logadapt"; then ok "--jacobi-tol under mpirun refused, naming why"
+else fail "--jacobi-tol under mpirun" "$(tail -3 "$tmp/logadapt")"; fi
+
 # SIGTERM to mpirun: it signals the ranks (then SIGKILLs them after
 # odls_base_sigkill_timeout, 1 s by default): they agree on the step, rank 0
 # saves, the others wait for it. Then 1 process resumes the 2 ranks' run and

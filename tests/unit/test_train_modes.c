@@ -7,6 +7,9 @@
  *  - every mode's gradient matches a finite difference of its own loss along
  *    a random direction (float forward, so a loose tolerance);
  *  - two runs of a step give bit-identical gradients (determinism);
+ *  - adaptive Jacobi (jacobi_tol): the same bits as fixed D with D the
+ *    iterations it ran, gradients included; converged, the sequential
+ *    recurrence's logits;
  *  - data parallel: the sequences of a batch run as shares (one trainer
  *    each, given the whole batch's scored counts) give losses and gradients
  *    that add up to the whole batch's, with unevenly masked shares. */
@@ -258,6 +261,52 @@ static void test_shares(const char *name, const latent_model *m, latent_train_mo
     latent_trainer_free(one);
 }
 
+/* Adaptive Jacobi: with a tolerance the middle passes stop early; the step
+ * must equal, bit for bit (loss, logits, gradients through the last K
+ * iterations run), the fixed-D step with D the iterations it ran; and once
+ * converged its logits must be the sequential recurrence's. */
+static void test_jacobi_adaptive(const char *name, const latent_model *m, double tol, int cap, int K) {
+    int V = m->cfg.vocab;
+    int32_t tok[B * (T + 1)];
+    batch_tokens(tok, V, 4);
+    tbatch tb;
+    mk_batch(&tb, tok, NULL, 0);
+    latent_err err;
+    latent_train_shape sh = {.mode = LATENT_TRAIN_JACOBI, .batch = B, .seq = T, .jacobi_iters = cap,
+                             .jacobi_grad_iters = K, .jacobi_tol = tol};
+    latent_trainer *ta = latent_trainer_new(m, &sh, &err);
+    latent_weights ga, gf;
+    latent_weights_alloc(&ga, &m->cfg, &err);
+    latent_weights_alloc(&gf, &m->cfg, &err);
+    double la, lf;
+    latent_trainer_step(ta, &tb.b, &ga, &la, &err);
+    latent_gate_stats st;
+    latent_trainer_gate_stats(ta, &st);
+    int used = st.jacobi_iters;
+    size_t sz = (size_t)B * T * V;
+    float *logits_a = malloc(sz * sizeof(float)), *logits_f = malloc(sz * sizeof(float)), *ref = malloc(sz * sizeof(float));
+    latent_trainer_step(ta, &tb.b, NULL, &la, &err); /* forward only: the logits */
+    latent_trainer_logits(ta, logits_a);
+    latent_trainer *tf = mk_trainer(m, LATENT_TRAIN_JACOBI, used, K, 1);
+    latent_trainer_step(tf, &tb.b, &gf, &lf, &err);
+    latent_trainer_step(tf, &tb.b, NULL, &lf, &err);
+    latent_trainer_logits(tf, logits_f);
+    engine_logits(m, tok, ref);
+    double e = tu_rel_err(logits_a, ref, sz);
+    fprintf(stderr, "%s: tol %g ran %d of %d iterations; logits vs sequential rel err %.2g\n", name, tol, used, cap, e);
+    CHECK(used >= 1 && used < cap, "%s: adaptive Jacobi ran %d of %d iterations (expected to stop early)", name, used, cap);
+    CHECK(la == lf && memcmp(logits_a, logits_f, sz * sizeof(float)) == 0 &&
+              memcmp(ga.slab, gf.slab, ga.slab_floats * sizeof(float)) == 0,
+          "%s: adaptive step differs from fixed D=%d", name, used);
+    /* after T iterations Jacobi is exact (each makes one more position so) */
+    if (used > T) CHECK(e < 1e-4, "%s: converged logits vs sequential rel err %g", name, e);
+    free(logits_a), free(logits_f), free(ref);
+    latent_weights_free(&ga);
+    latent_weights_free(&gf);
+    latent_trainer_free(ta);
+    latent_trainer_free(tf);
+}
+
 int main(void) {
     latent_set_threads(2);
     latent_config base = tm_config(32, 4, 4, 2, 48, 40);
@@ -303,6 +352,9 @@ int main(void) {
     test_directional("lrt(final norm, shared) S=2", &lrt_fin, LATENT_TRAIN_LRT, 1, 1, 2, 0);
     test_directional("lrt(kv only) S=T", &lrt_sh, LATENT_TRAIN_LRT, 1, 1, T, 0);
 
+    test_jacobi_adaptive("jacobi adaptive (exact convergence)", &t2, 1e-30, 4 * T, 2);
+    test_jacobi_adaptive("jacobi adaptive (contractive, tol 1e-6)", &t2c, 1e-6, 4 * T, 3);
+    test_jacobi_adaptive("jacobi adaptive (contractive, tol 5e-2: before T)", &t2c, 5e-2, 4 * T, 2);
     test_shares("plain shares", &plain, LATENT_TRAIN_PLAIN, 1, 1, 1);
     test_shares("jacobi D=4 B=2 shares", &t2, LATENT_TRAIN_JACOBI, 4, 2, 1);
     test_shares("lrt S=3 shares", &lrt, LATENT_TRAIN_LRT, 1, 1, 3);
