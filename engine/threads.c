@@ -31,7 +31,7 @@ typedef struct {
     atomic_int sleepers;
     latent_task_fn fn;            /* written before a section is published */
     void *ctx;
-    int n_tasks;
+    atomic_int n_tasks;           /* atomic: a worker late from the last section may read it */
     int started;
 } pool_t;
 
@@ -50,7 +50,7 @@ static void run_tasks(pool_t *p, uint32_t section) {
         uint64_t w = atomic_load_explicit(&p->work, memory_order_acquire);
         if ((uint32_t)(w >> 32) != section) return;
         uint32_t t = (uint32_t)w;
-        if ((int)t >= p->n_tasks) return;
+        if (t >= (uint32_t)atomic_load_explicit(&p->n_tasks, memory_order_relaxed)) return;
         if (!atomic_compare_exchange_weak_explicit(&p->work, &w, w + 1, memory_order_acq_rel, memory_order_relaxed))
             continue;
         p->fn(p->ctx, (int)t);
@@ -119,9 +119,15 @@ void latent_parallel_for(latent_task_fn fn, void *ctx, int n_tasks) {
         for (int t = 0; t < n_tasks; t++) fn(ctx, t);
         return;
     }
-    p->fn = fn, p->ctx = ctx, p->n_tasks = n_tasks;
+    /* Close the last section first: a worker still inside it (it read the
+     * word before the section ended) must fail its claim, not take task t of
+     * the section being set up with that section's n_tasks and run it a
+     * second time. The exchange also keeps the writes below after it. */
+    uint64_t last = atomic_exchange_explicit(&p->work, (atomic_load(&p->work) | 0xFFFFFFFFull), memory_order_acq_rel);
+    p->fn = fn, p->ctx = ctx;
+    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
     atomic_store_explicit(&p->completed, 0, memory_order_relaxed);
-    uint32_t section = (uint32_t)(atomic_load(&p->work) >> 32) + 1;
+    uint32_t section = (uint32_t)(last >> 32) + 1;
     atomic_store_explicit(&p->work, (uint64_t)section << 32, memory_order_release);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);

@@ -4,6 +4,9 @@
  * built for the x86-64 baseline, runs the best path each machine allows. */
 #include "kernels/kernels.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,29 +69,35 @@ int latent_isa_parse(const char *s, latent_isa *out) {
     return -1;
 }
 
-static latent_isa detected = (latent_isa)-1, active = (latent_isa)-1;
+/* Set once (pthread_once: the first callers may be several engine threads
+ * at once); `active` changes later only through latent_isa_set. */
+static latent_isa detected;
+static _Atomic int active;
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+static void isa_init(void) {
+    detected = detect();
+    latent_isa cap = LATENT_ISA_AMX;
+    const char *env = getenv("LATENT_ISA");
+    if (env && *env && latent_isa_parse(env, &cap) != 0)
+        fprintf(stderr, "latent: LATENT_ISA=%s is not one of generic, avx2, avx512, avx512bf16, amx; ignored\n", env);
+    atomic_store(&active, cap < detected ? cap : detected);
+}
 
 latent_isa latent_isa_detected(void) {
-    if ((int)detected < 0) detected = detect();
+    pthread_once(&isa_once, isa_init);
     return detected;
 }
 
 int latent_isa_amx_refused(void) { return latent_isa_detected() >= LATENT_ISA_AVX512BF16 && amx_permitted == 0; }
 
 latent_isa latent_isa_active(void) {
-    if ((int)active < 0) {
-        latent_isa cap = LATENT_ISA_AMX;
-        const char *env = getenv("LATENT_ISA");
-        if (env && *env && latent_isa_parse(env, &cap) != 0)
-            fprintf(stderr, "latent: LATENT_ISA=%s is not one of generic, avx2, avx512, avx512bf16, amx; ignored\n", env);
-        latent_isa d = latent_isa_detected();
-        active = cap < d ? cap : d;
-    }
-    return active;
+    pthread_once(&isa_once, isa_init);
+    return (latent_isa)atomic_load_explicit(&active, memory_order_relaxed);
 }
 
 latent_isa latent_isa_set(latent_isa isa) {
     latent_isa d = latent_isa_detected();
-    active = isa < d ? isa : d;
-    return active;
+    atomic_store(&active, isa < d ? isa : d);
+    return latent_isa_active();
 }
