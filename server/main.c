@@ -63,6 +63,14 @@ static void load_work(uv_work_t *w) {
     if (!(x->loaded_sched = srv_sched_new(&x->model, &o, &err))) {
         x->load_rc = -1;
         latent_err_set(&x->load_err, LATENT_E_IO, "cannot start the scheduler: %s", err.msg);
+        return;
+    }
+    /* Here, not on the loop: it reads the whole executable. */
+    if (!o.engine.nondeterministic) {
+        srv_sched_stats st;
+        srv_sched_get_stats(x->loaded_sched, &st);
+        srv_fingerprint(x->fingerprint, sizeof x->fingerprint, latent_precision_name(st.precision),
+                        latent_kv_dtype_name(st.kv_dtype), latent_kernel_path());
     }
 }
 
@@ -89,9 +97,6 @@ static void load_done(uv_work_t *w, int status) {
     const latent_config *c = &x->model.cfg;
     srv_sched_stats st;
     srv_sched_get_stats(x->sched, &st);
-    if (strcmp(x->cfg.deterministic, "false") != 0)
-        srv_fingerprint(x->fingerprint, sizeof x->fingerprint, latent_precision_name(st.precision),
-                        latent_kv_dtype_name(st.kv_dtype), latent_kernel_path());
     srv_log(SRV_LOG_INFO, "model %s loaded as '%s': %s, d %d, %d layers, vocab %d, context %d; chat template %s; "
                           "KV pool %d pages of %d tokens (%ld MiB, %s); %d engine threads; precision %s, kernels %s%s%s; "
                           "%.1f MiB of weights held, %.1f MiB of unpacked weights released",

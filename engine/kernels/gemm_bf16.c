@@ -152,12 +152,11 @@ static void run_generic(float *out, int ldo, const uint16_t *xb, int m, int n, i
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-static inline __mmask16 lane_mask(int cols) { return cols >= 16 ? 0xFFFF : cols <= 0 ? 0 : (__mmask16)((1u << cols) - 1); }
 
 /* Stores (first block) or adds a block's sums: the blocks' fixed order. */
 __attribute__((target("avx512f"), always_inline)) static inline void put(float *o, __m512 a0, __m512 a1, int cols,
                                                                          int first) {
-    __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
+    __mmask16 m0 = latent_lane_mask16(cols), m1 = latent_lane_mask16(cols - 16);
     if (!first) {
         a0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), a0);
         a1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + 16), a1);

@@ -116,7 +116,6 @@ static void run_rows(float *out, int ldo, const float *x, const gemm_packed *p, 
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
-static inline __mmask16 lane_mask(int cols) { return cols >= 16 ? 0xFFFF : cols <= 0 ? 0 : (__mmask16)((1u << cols) - 1); }
 
 /* out (MR rows, `cols` valid) = [out +] X (MR rows, k in [k0,k1)) panel^T */
 __attribute__((target("avx512f"), always_inline)) static inline void
@@ -135,7 +134,7 @@ micro(int MR, float *out, int ldo, const float *x, int ldx, const float *panel, 
             acc1[r] = _mm512_fmadd_ps(xb, w1, acc1[r]);
         }
     }
-    __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
+    __mmask16 m0 = latent_lane_mask16(cols), m1 = latent_lane_mask16(cols - 16);
 #pragma GCC unroll 12
     for (int r = 0; r < MR; r++) {
         float *o = out + (size_t)r * ldo;
@@ -187,8 +186,8 @@ __attribute__((target("avx512f"))) static void gemv_panels(float *out, const flo
         float *o = out + (size_t)pn * GEMM_PANEL;
         int cb = panel_cols(p, pn + 1);
         _mm512_storeu_ps(o, s0), _mm512_storeu_ps(o + 16, s1);
-        _mm512_mask_storeu_ps(o + 32, lane_mask(cb), s2);
-        _mm512_mask_storeu_ps(o + 48, lane_mask(cb - 16), s3);
+        _mm512_mask_storeu_ps(o + 32, latent_lane_mask16(cb), s2);
+        _mm512_mask_storeu_ps(o + 48, latent_lane_mask16(cb - 16), s3);
     }
     if (pn < p1) micros[0](out + (size_t)pn * GEMM_PANEL, 0, x, 0, p->data + (size_t)pn * k * GEMM_PANEL, 0,
                            k < KB ? k : KB, 0, panel_cols(p, pn));

@@ -103,6 +103,12 @@ static inline float latent_bf16_to_f32(uint16_t h) {
     return f;
 }
 
+/* The first `cols` of 16 lanes (0..16 of them): the store mask of a
+ * partial 16-feature vector (an __mmask16). */
+static inline uint16_t latent_lane_mask16(int cols) {
+    return cols >= 16 ? 0xFFFF : cols <= 0 ? 0 : (uint16_t)((1u << cols) - 1);
+}
+
 /* ---- the packed matrix kernel ---- */
 
 #define GEMM_PANEL 32
