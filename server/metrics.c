@@ -113,6 +113,8 @@ void srv_metrics_render(srv_metrics *m, srv_buf *o, const srv_sched_stats *st, c
     if (!st) st = &z;
     gauge(o, "latentd_queue_length", "Sequences waiting for a slot or KV pages.", st->waiting);
     gauge(o, "latentd_running_sessions", "Sequences prefilling or decoding.", st->running);
+    gauge(o, "latentd_sessions_admitted", "Sequences admitted and not yet finished (queued or running; at most max-sessions + queue-len).",
+          st->held);
     gauge(o, "latentd_kv_pages_total", "Pages in the KV pool.", st->pages_total);
     gauge(o, "latentd_kv_pages_used", "KV pages in use (sessions and prefix cache).", st->pages_total - st->pages_free);
     gauge(o, "latentd_kv_pages_free", "KV pages free.", st->pages_free);
