@@ -62,7 +62,7 @@ TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 # Keep object files of pattern chains (tests) instead of deleting them as intermediates.
 .SECONDARY:
 
-.PHONY: bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz mpi
+.PHONY: experiment bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz mpi
 
 # The MPI plugin joins `all` where OpenMPI's compiler wrapper is installed.
 MPICC ?= mpicc
@@ -210,6 +210,13 @@ bench-onednn: $(BUILD)/onednn_compare
 
 bench: all
 	$(BUILD)/latent bench
+
+# The evidence that latent recurrence pays (docs/experiments.md): trains
+# plain, T2MLR (fixed and adaptive Jacobi) and LRT on parity, S3, S5 and
+# variable assignment, writes docs/experiment-results.md, the plots and
+# models/s3. QUICK=1: a few minutes, report under build/experiment-quick.
+experiment: $(BUILD)/latent
+	QUICK=$(QUICK) LATENT=$(BUILD)/latent bash models/experiment.sh
 
 # Serves models/default on 127.0.0.1:8080 (a small random T2MLR model is
 # written there first if the directory has no model yet).

@@ -11,7 +11,8 @@
 
 static const char *help =
     "usage: latent init --config FILE.json --out DIR --seed N [--tokenizer DIR]\n"
-    "                   [--dtype f32|bf16] [--std X] [--gamma X] [--force]\n"
+    "                   [--dtype f32|bf16] [--std X] [--gamma X]\n"
+    "                   [--gamma-rec X] [--gamma-cur X] [--force]\n"
     "\n"
     "Writes a new model directory DIR: config.json (the Llama fields of FILE.json,\n"
     "plus its \"latent_recurrence\" block if any), model.safetensors with initial\n"
@@ -22,7 +23,8 @@ static const char *help =
     "Initial weights: matrices and embeddings N(0, std) with std = --std (0.02),\n"
     "o_proj and down_proj N(0, std/sqrt(2*layers)); RMSNorm weights 1.\n"
     "T2MLR: w_rec N(0, 1/d), gate weights N(0, std), gate biases 0, gamma_rec =\n"
-    "gamma_cur = --gamma (0.1). LRT: alpha 1, gamma --gamma (0.1), gate weights 0\n"
+    "gamma_cur = --gamma (0.1), or each its own with --gamma-rec / --gamma-cur\n"
+    "(the papers' recipe for state tracking: --gamma-rec 1 --gamma-cur 0). LRT: alpha 1, gamma --gamma (0.1), gate weights 0\n"
     "(gates 1), k/v projections N(0, std). The same seed gives the same backbone\n"
     "with or without the recurrence.\n"
     "\n"
@@ -61,6 +63,12 @@ int cmd_init(int argc, char **argv) {
         if (cli_opt(argc, argv, &i, "--gamma", &v)) {
             if (cli_parse_double(v, -10, 10, &gamma) != 0) return cli_fail("init: --gamma must be a number from -10 to 10 (got '%s')", v);
             have_gamma = 1;
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--gamma-rec", &v) || cli_opt(argc, argv, &i, "--gamma-cur", &v)) {
+            double x;
+            if (cli_parse_double(v, -10, 10, &x) != 0) return cli_fail("init: %s must be a number from -10 to 10 (got '%s')", argv[i - 1], v);
+            *(!strcmp(argv[i - 1], "--gamma-rec") ? &o.t2mlr_gamma_rec : &o.t2mlr_gamma_cur) = (float)x;
             continue;
         }
         fputs(help, stderr);

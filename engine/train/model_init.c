@@ -22,6 +22,7 @@ void latent_init_defaults(latent_init_opts *o) {
     o->scale_residual = 1;
     o->t2mlr_gamma = 0.1f;
     o->lrt_gamma = 0.1f;
+    o->t2mlr_gamma_rec = o->t2mlr_gamma_cur = NAN;
 }
 
 int latent_param_is_recurrent(const char *name) {
@@ -66,7 +67,8 @@ static void init_param(const latent_param *p, const latent_config *cfg, const la
     if (ends_with(n, "norm.weight") || ends_with(n, "layernorm.weight")) {
         init_fill_const(x, p->numel, 1.0f);
     } else if (ends_with(n, "t2mlr.gamma_cur") || ends_with(n, "t2mlr.gamma_rec")) {
-        init_fill_const(x, p->numel, o->t2mlr_gamma);
+        float g = ends_with(n, "t2mlr.gamma_rec") ? o->t2mlr_gamma_rec : o->t2mlr_gamma_cur;
+        init_fill_const(x, p->numel, isnan(g) ? o->t2mlr_gamma : g);
     } else if (ends_with(n, "t2mlr.f_cur.bias") || ends_with(n, "t2mlr.f_rec.bias")) {
         init_fill_const(x, p->numel, 0.0f);
     } else if (ends_with(n, "t2mlr.w_rec.weight")) {

@@ -19,6 +19,7 @@ typedef struct latent_init_opts {
     float std;          /* backbone matrices and embeddings: N(0, std); default 0.02 */
     int scale_residual; /* o_proj and down_proj get std / sqrt(2 * n_layers) (GPT-2); default 1 */
     float t2mlr_gamma;  /* gamma_rec = gamma_cur from scratch; default 0.1 */
+    float t2mlr_gamma_rec, t2mlr_gamma_cur; /* when not NaN, override t2mlr_gamma for one gate */
     float lrt_gamma;    /* lrt.gamma from scratch; default 0.1 (models.md §3) */
 } latent_init_opts;
 

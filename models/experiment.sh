@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# `make experiment`: does latent recurrence pay on the tasks the papers name?
+#
+# For each task (parity, S3 and S5 word problems, variable assignment with
+# alias depth 1-5) it trains, from one seed and one backbone (the same
+# `latent init` seed, so the same transformer weights with or without the
+# recurrence), for the same number of steps:
+#   plain           the transformer alone
+#   t2mlr           T2MLR over blocks 1..2, Jacobi with D = the record length
+#                   (exact: the recurrence of every position is settled)
+#   t2mlr-adaptive  the same, --jacobi-tol 0.01 with that D as the cap
+#   lrt             LRT, memory from block 2 injected into blocks 1..2
+# then runs `latent eval` (exact sequential recurrence) on records twice the
+# trained length (group tasks) or over alias depths 1-5 (var-assign), and
+# writes docs/experiment-results.md and docs/experiment-*.svg
+# (models/tools/experiment_report.py). The S3 T2MLR model is copied to
+# models/s3 (served by the test tests/integration/server_s3.sh).
+#
+# usage: make experiment [QUICK=1]    (or models/experiment.sh)
+# env:   QUICK=1    a smoke run: few steps, minutes, not evidence (written to
+#                   build/experiment-quick/report, docs/ untouched)
+#        STEPS, VAR_STEPS (group tasks / var-assign steps), TASKS (names below),
+#        MODELS, JOBS (runs at once, default 2, each --threads 1),
+#        WORK (build/experiment), LATENT (build/latent), PYTHON
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+PY=${PYTHON:-/usr/bin/python3}
+latent=${LATENT:-build/latent}
+quick=${QUICK:-0}
+[ "$quick" = 0 ] || quick=1
+if [ "$quick" = 1 ]; then
+    steps=${STEPS:-120}; var_steps=${VAR_STEPS:-60}; work=${WORK:-build/experiment-quick}; n_train=4000
+else
+    steps=${STEPS:-3000}; var_steps=${VAR_STEPS:-1500}; work=${WORK:-build/experiment}; n_train=60000
+fi
+tasks=${TASKS:-"parity s3 s5 var"}
+models=${MODELS:-"plain t2mlr t2mlr-adaptive lrt"}
+jobs=${JOBS:-2}
+seed=1
+train_len=16      # group tasks: elements per training record
+test_len=32       # ... and per test record (2x)
+var_depth_lo=1 var_depth_hi=5
+
+[ -x "$latent" ] || make "$latent"
+mkdir -p "$work/results"
+log() { printf '[experiment %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+precision=f32
+grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && precision=bf16 || true
+grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && precision=bf16 || true
+
+# ---- data: one directory per task, with its tokenizer --------------------------
+make_data() { # task
+    local t=$1 d="$work/$1"
+    [ -s "$d/test.json" ] && return 0
+    mkdir -p "$d"
+    case $t in
+    parity | s3 | s5)
+        local g=$t
+        "$latent" data group --group "$g" --len $train_len --n-records $n_train --seed $seed --out "$d/train" --tokenizer-out "$d/tok" 2>/dev/null
+        "$latent" data group --group "$g" --len $test_len --n-records 500 --seed $((seed + 1000)) --out "$d/test" 2>/dev/null ;;
+    var)
+        "$latent" data var-assign --min-depth $var_depth_lo --max-depth $var_depth_hi --n-records $n_train --seed $seed \
+            --out "$d/train" --tokenizer-out "$d/tok" 2>/dev/null
+        "$latent" data var-assign --min-depth $var_depth_lo --max-depth $var_depth_hi --n-records 1000 --seed $((seed + 1000)) \
+            --out "$d/test" 2>/dev/null ;;
+    *) echo "experiment: unknown task $t" >&2; exit 2 ;;
+    esac
+}
+
+json_field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
+
+# ---- one model: config, init, train, eval ---------------------------------------
+run_model() { # task model
+    local t=$1 m=$2 d="$work/$1"
+    local out="$work/results/$t.$m"
+    [ -s "$out.eval.json" ] && return 0
+    local vocab rec
+    vocab=$(json_field "$d/train.json" vocab_size)
+    rec=$(json_field "$d/train.json" record_len)
+    local D=$rec
+    [ "$t" = var ] && D=16 # 76-token records: D = T would cost 5x the group tasks' budget
+    local cfg="$d/$m.config.json" kind=none
+    case $m in t2mlr*) kind=t2mlr ;; lrt) kind=lrt ;; esac
+    "$PY" - "$cfg" "$vocab" "$kind" <<'EOF'
+import json, sys
+path, vocab, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+     "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
+     "num_key_value_heads": 4, "vocab_size": max(16, vocab), "max_position_embeddings": 256,
+     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True,
+     "bos_token_id": 1, "eos_token_id": 2}
+if kind == "t2mlr":
+    c["latent_recurrence"] = {"type": "t2mlr", "l_start": 1, "l_end": 2, "cache_residual": True,
+                              "cache_norm_clamp": 5.0, "cache_norm_eps": 1e-6, "recur_on_prompt": True}
+elif kind == "lrt":
+    c["latent_recurrence"] = {"type": "lrt", "source_layer": 2, "inject_start": 1, "inject_end": 2}
+json.dump(c, open(path, "w"), indent=1)
+EOF
+    local s=$steps
+    [ "$t" = var ] && s=$var_steps
+    rm -rf "$d/$m.init" "$d/$m.run"
+    "$latent" init --config "$cfg" --out "$d/$m.init" --seed $seed --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 2>/dev/null
+    local args=(--model "$d/$m.init" --data "$d/train.bin" --out "$d/$m.run" --seq "$rec" --batch 32 --steps "$s"
+        --optimizer adamw --lr 2e-3 --beta1 0.9 --beta2 0.98 --weight-decay 0.1 --warmup $((s < 1000 ? s / 10 : 100))
+        --lr-schedule cosine --grad-clip 1 --seed $seed --threads 1 --precision "$precision" --eval-every 100000)
+    case $m in
+    t2mlr) args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4) ;;
+    t2mlr-adaptive) args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4 --jacobi-tol 0.01) ;;
+    lrt) args+=(--mode lrt --lrt-subsets 4) ;;
+    esac
+    local t0 t1
+    t0=$(date +%s.%N)
+    "$latent" train "${args[@]}" >"$d/$m.train.log" 2>&1 </dev/null || { log "$t/$m: training failed, see $d/$m.train.log"; return 1; }
+    t1=$(date +%s.%N)
+    "$latent" eval --model "$d/$m.run/latest" --data "$d/test.bin" --json --bucket-width 1 >"$out.eval.tmp" 2>"$d/$m.eval.log" ||
+        { log "$t/$m: eval failed, see $d/$m.eval.log"; return 1; }
+    "$PY" - "$d/$m.run/train.jsonl" "$t0" "$t1" "$out.train.json" "${args[*]}" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+secs = float(sys.argv[3]) - float(sys.argv[2])
+it = [r["jacobi_iters"] for r in rows if "jacobi_iters" in r]
+json.dump({"seconds": secs, "time": "%d:%02d" % (secs // 60, secs % 60),
+           "iters": ("%.1f" % (sum(it) / len(it))) if it else "—", "final_loss": rows[-1]["loss"],
+           "args": sys.argv[5]}, open(sys.argv[4], "w"))
+EOF
+    mv "$out.eval.tmp" "$out.eval.json"
+    log "$t/$m done in $(json_field "$out.train.json" time)"
+}
+
+log "data: ${tasks} ($n_train training records each)"
+for t in $tasks; do make_data "$t"; done
+
+log "training: ${models} on each task, $steps steps (var-assign $var_steps), $jobs at once, precision $precision"
+failed=0
+for t in $tasks; do
+    for m in $models; do
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || failed=1; done
+        run_model "$t" "$m" &
+    done
+done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+[ $failed = 0 ] || { log "a run failed"; exit 1; }
+
+# ---- report ----------------------------------------------------------------------
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+flags=""
+for f in avx512f avx512_bf16 amx_bf16; do grep -qw $f /proc/cpuinfo && flags="$flags $f"; done
+"$PY" - "$work/results/run.json" "$cpu ($(nproc) vCPUs;$flags)" "$jobs" "$precision" "$seed" "$steps" "$var_steps" "$quick" \
+    "$tasks" "$models" "$train_len" "$test_len" <<'EOF'
+import json, sys
+(path, cpu, jobs, prec, seed, steps, var_steps, quick, tasks, models, tl, xl) = sys.argv[1:]
+tl, xl = int(tl), int(xl)
+titles = {"parity": ("Parity (Z2)", 0.5), "s3": ("S3 word problem", 1 / 6), "s5": ("S5 word problem", 1 / 120)}
+out = []
+for t in tasks.split():
+    if t == "var":
+        out.append({"name": "var", "kind": "var", "title": "Variable assignment", "min_x": 1, "max_x": 5,
+                    "train_min": 1, "train_max": 5, "test_records": 1000, "chance": 0.1})
+    else:
+        out.append({"name": t, "kind": "group", "title": titles[t][0], "trained": tl, "test_len": xl,
+                    "test_records": 500, "chance": titles[t][1]})
+json.dump({"cpu": cpu, "threads": 1, "jobs": int(jobs), "precision": prec, "seeds": seed,
+           "steps": "%s (var-assign %s)" % (steps, var_steps), "quick": quick == "1",
+           "tasks": out, "models": models.split()}, open(path, "w"), indent=1)
+EOF
+report=docs
+[ "$quick" = 1 ] && report="$work/report"
+"$PY" models/tools/experiment_report.py "$work/results" "$report"
+log "wrote $report/experiment-results.md and $report/experiment-*.svg"
+
+if [ "$quick" = 0 ] && [ -d "$work/s3/t2mlr.run/latest" ]; then
+    rm -rf models/s3.tmp && mkdir -p models/s3.tmp
+    cp "$work/s3/t2mlr.run/latest/"{config.json,model.safetensors,tokenizer.json,tokenizer_config.json} models/s3.tmp/
+    rm -rf models/s3 && mv models/s3.tmp models/s3
+    log "copied the S3 T2MLR model to models/s3"
+fi
