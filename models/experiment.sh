@@ -9,7 +9,8 @@
 #   t2mlr           T2MLR over blocks 1..2, Jacobi with D = the record length
 #                   (exact: the recurrence of every position is settled)
 #   t2mlr-adaptive  the same, --jacobi-tol 0.01 with that D as the cap
-#   lrt             LRT, memory from block 2 injected into blocks 1..2
+#   lrt             LRT, memory from block 2 injected into blocks 1..2, trained
+#                   with S = T interleaved subsets (the exact recurrence)
 # then runs `latent eval` (exact sequential recurrence) on records twice the
 # trained length (group tasks) or over alias depths 1-5 (var-assign), and
 # writes docs/experiment-results.md and docs/experiment-*.svg
@@ -107,7 +108,7 @@ EOF
     case $m in
     t2mlr) args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4) ;;
     t2mlr-adaptive) args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4 --jacobi-tol 0.01) ;;
-    lrt) args+=(--mode lrt --lrt-subsets 4) ;;
+    lrt) args+=(--mode lrt --lrt-subsets "$rec") ;; # S = T: every position its own subset, the exact recurrence
     esac
     local t0 t1
     t0=$(date +%s.%N)

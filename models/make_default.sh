@@ -9,12 +9,15 @@
 #   4. a T2MLR model initialised from models/tools/default_config.json
 #      (d 256, 6 blocks, 4 heads, FFN 768, recurrence over blocks 2..3)  latent init
 #   5. trained with T2MLR Jacobi (D=4, B=2), AdamW, cosine schedule  latent train
-#      (checkpoints every 50 steps; rerunning the script resumes)
+#      (checkpoints every 100 steps; rerunning the script resumes)
+#   5b. the control: the same backbone (same init seed) without the
+#      recurrence, same data, trained for the same wall-clock time (its step
+#      count from a 20-step throughput probe; COMPARE=0 skips it)
 #   6. the last checkpoint converted to BF16 into models/default    models/tools/to_bf16.py
 #   7. models/default/README.md written with the numbers of this run
 #
-# usage: models/make_default.sh            (30-40 minutes on 2 cores)
-# env:   STEPS (default 450), WORK (build/default-model), OUT (models/default),
+# usage: models/make_default.sh            (about 75 minutes on 2 cores: two runs)
+# env:   STEPS (default 1800), COMPARE (1), WORK (build/default-model), OUT (models/default),
 #        THREADS (all cores), LATENT (build/latent), PYTHON (/usr/bin/python3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,7 +26,7 @@ PY=${PYTHON:-/usr/bin/python3}
 latent=${LATENT:-build/latent}
 work=${WORK:-build/default-model}
 out=${OUT:-models/default}
-steps=${STEPS:-450}
+steps=${STEPS:-1800}
 threads=${THREADS:-}
 seed=1
 
@@ -49,14 +52,36 @@ log "4. initial model"
 [ -s "$work/init/model.safetensors" ] ||
     "$latent" init --config models/tools/default_config.json --out "$work/init" --seed $seed --tokenizer "$work/tokenizer"
 
-train_args=(--model "$work/init" --data "$work/train.bin" --out "$work/run" --resume
-    --steps "$steps" --batch 8 --seq 256 --optimizer adamw --lr 3e-3 --warmup 30 --lr-schedule cosine
-    --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --grad-clip 1.0
-    --jacobi-iters 4 --jacobi-grad-iters 2 --seed $seed
-    --eval-data "$work/val.bin" --eval-every 50 --eval-batches 8 --save-every 50)
-[ -z "$threads" ] || train_args+=(--threads "$threads")
+common_args=(--data "$work/train.bin" --resume --batch 8 --seq 256 --optimizer adamw --lr 3e-3 --warmup 50
+    --lr-schedule cosine --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --grad-clip 1.0 --seed $seed
+    --eval-data "$work/val.bin" --eval-every 200 --eval-batches 16 --save-every 100)
+[ -z "$threads" ] || common_args+=(--threads "$threads")
+train_args=(--model "$work/init" --out "$work/run" --steps "$steps" --jacobi-iters 4 --jacobi-grad-iters 2 "${common_args[@]}")
 log "5. training: $latent train ${train_args[*]}"
 "$latent" train "${train_args[@]}" </dev/null
+
+# Seconds spent in training steps (evals and saves excluded), from a train.jsonl.
+step_seconds() { "$PY" -c 'import json,sys; print(sum(2048/r["tokens_per_s"] for r in map(json.loads, open(sys.argv[1])) if r.get("tokens_per_s")))' "$1"; }
+if [ "${COMPARE:-1}" = 1 ]; then
+    log "5b. control: the plain transformer, same backbone, data and wall-clock"
+    "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); c.pop("latent_recurrence"); json.dump(c, open(sys.argv[2], "w"), indent=2)' \
+        models/tools/default_config.json "$work/plain_config.json"
+    [ -s "$work/plain_init/model.safetensors" ] ||
+        "$latent" init --config "$work/plain_config.json" --out "$work/plain_init" --seed $seed --tokenizer "$work/tokenizer"
+    if [ ! -s "$work/plain_steps" ]; then
+        rm -rf "$work/plain_probe"
+        "$latent" train --model "$work/plain_init" --out "$work/plain_probe" --steps 20 "${common_args[@]}" --eval-every 1000 </dev/null >/dev/null
+        "$PY" - "$(step_seconds "$work/run/train.jsonl")" "$work/plain_probe/train.jsonl" >"$work/plain_steps" <<'EOF'
+import json, sys
+secs = float(sys.argv[1])
+tps = sorted(r["tokens_per_s"] for r in map(json.loads, open(sys.argv[2])) if r["step"] > 5)
+print(int(secs * tps[len(tps) // 2] / 2048))
+EOF
+    fi
+    plain_args=(--model "$work/plain_init" --out "$work/plain_run" --steps "$(cat "$work/plain_steps")" "${common_args[@]}")
+    log "   $latent train ${plain_args[*]}"
+    "$latent" train "${plain_args[@]}" </dev/null
+fi
 
 log "6. BF16 copy into $out"
 rm -rf "$out.tmp"
@@ -79,6 +104,25 @@ nval = os.path.getsize(os.path.join(work, "val.bin")) // 4
 size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
 tps = [r["tokens_per_s"] for r in rows if r.get("tokens_per_s")]
 step_s = sum(2048 / t for t in tps)  # time in training steps (evals and saves excluded), robust to resumes
+val_bytes = os.path.getsize(os.path.join(work, "brown_val.txt"))
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
+
+
+def summary(run, name):
+    """A row of the comparison: the run's last validation loss, perplexity and bits per byte."""
+    path = os.path.join(work, run, "train.jsonl")
+    if not os.path.exists(path):
+        return None
+    rs = [json.loads(l) for l in open(path) if l.strip()]
+    ev = [r for r in rs if r.get("eval_loss") is not None][-1]
+    secs = sum(2048 / r["tokens_per_s"] for r in rs if r.get("tokens_per_s"))
+    # bits per byte: nats per token x tokens per byte of the held-out text / ln 2
+    bpb = ev["eval_loss"] * nval / val_bytes / 0.6931471805599453
+    return "| %s | %d | %.2f | %d min %02d s | %.3f | %.0f | %.3f |" % (
+        name, ev["step"], ev["step"] * 2048 / ntok, secs // 60, secs % 60, ev["eval_loss"], 2.718281828 ** ev["eval_loss"], bpb)
+
+
+table = [r for r in (summary("run", "T2MLR, Jacobi D=4 B=2 (this model)"), summary("plain_run", "plain transformer, same backbone")) if r]
 indent = lambda s: s.replace("\n", "\n    ")
 gates = {k: last[k] for k in last if "gamma" in k or "gate" in k}
 ev = evals[-1] if evals else None
@@ -103,13 +147,23 @@ anything but testing the serving path and the recurrence.
   {nval:,} validation tokens from 10 held-out documents (every 50th).
 - Training: `latent train`, T2MLR Jacobi D=4, B=2; {last['step']} steps of
   8 x 256 tokens ({int(last['step']) * 2048 / ntok:.2f} epochs), AdamW (lr 3e-3, betas 0.9/0.95,
-  weight decay 0.1, grad clip 1), 30 warmup steps then cosine to 0; seed 1;
+  weight decay 0.1, grad clip 1), 50 warmup steps then cosine to 0; seed 1;
   {int(step_s) // 60} min {int(step_s) % 60} s in training steps on 2 cores shared with
   other jobs (median {sorted(tps)[len(tps) // 2] if tps else 0:.0f} tokens/s).
 - Result: training loss {last['loss']:.3f} at the last step (mean of the last 20
   steps {mean_tail:.3f}); validation loss {ev['eval_loss']:.3f} at step {ev['step']}
-  (perplexity {2.718281828 ** ev['eval_loss']:.0f}) — computed by the trainer in
-  F32 before the BF16 conversion.
+  (perplexity {2.718281828 ** ev['eval_loss']:.0f}) on 16 windows of 2048 tokens
+  (32,768 of the {nval:,} held-out tokens) — computed by the trainer in F32
+  before the BF16 conversion.
+
+Against the same backbone without the recurrence (same init seed, data and
+schedule shape), trained for the same time in training steps, on the same
+machine ({cpu}, 2 vCPUs), one after the other:
+
+| model | steps | epochs | time in steps | validation loss | perplexity | bits per byte |
+|---|---|---|---|---|---|---|
+""" + "\n".join(table) + f"""
+
 - Gate statistics at the end: {json.dumps(gates)}
 
 Samples (`latent generate`, BF16 weights):
@@ -120,7 +174,7 @@ Samples (`latent generate`, BF16 weights):
     $ latent generate --model models/default --prompt "It was a cold morning, and" -n 32
     It was a cold morning, and{indent(greedy)}
 
-Rebuild it (30-40 minutes on 2 cores; rerunning resumes the training):
+Rebuild it (about 75 minutes on 2 cores with the control run; rerunning resumes):
 
     models/make_default.sh
 
@@ -132,10 +186,15 @@ which runs, in build/default-model/:
     latent tokenize-file --model tokenizer --in brown_val.txt --out val.bin
     latent init --config models/tools/default_config.json --out init --seed 1 --tokenizer tokenizer
     latent train --model init --data train.bin --out run --resume --steps {steps} --batch 8 --seq 256 \\
-        --optimizer adamw --lr 3e-3 --warmup 30 --lr-schedule cosine --weight-decay 0.1 \\
+        --optimizer adamw --lr 3e-3 --warmup 50 --lr-schedule cosine --weight-decay 0.1 \\
         --beta1 0.9 --beta2 0.95 --grad-clip 1.0 --jacobi-iters 4 --jacobi-grad-iters 2 --seed 1 \\
-        --eval-data val.bin --eval-every 50 --eval-batches 8 --save-every 50
+        --eval-data val.bin --eval-every 200 --eval-batches 16 --save-every 100
     python3 models/tools/to_bf16.py run/latest models/default
+
+and, for the control row of the table, the same `latent init` with the config
+minus its "latent_recurrence" block (out plain_init) and the same `latent
+train` without the Jacobi flags, for as many steps as fit in the T2MLR run's
+time (a 20-step probe measures the plain step).
 
 The training log of this run (one JSON line per step) is train.jsonl beside
 this file.

@@ -99,11 +99,11 @@ def main():
     os.makedirs(out, exist_ok=True)
     run = load(os.path.join(res, "run.json"))
     lines = ["<!-- written by models/tools/experiment_report.py from %s; do not edit by hand -->" % res, "",
-             "Machine: %s, %s threads per run, %s; seeds %s; %s steps per model%s." %
-             (run["cpu"], run["threads"], run["precision"], run["seeds"], run["steps"],
+             "Machine: %s; %d runs at a time, one thread each; %s products; seed %s; %s steps per model%s." %
+             (run["cpu"], run["jobs"], run["precision"], run["seeds"], run["steps"],
               " (QUICK=1: a smoke run, not evidence)" if run.get("quick") else ""), ""]
     for task in run["tasks"]:
-        name, kind, trained = task["name"], task["kind"], task["trained"]
+        name, kind, trained = task["name"], task["kind"], task.get("trained")
         rows, series = [], []
         for model in run["models"]:
             ev_path = os.path.join(res, "%s.%s.eval.json" % (name, model))
