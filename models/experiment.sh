@@ -33,7 +33,7 @@ quick=${QUICK:-0}
 if [ "$quick" = 1 ]; then
     steps=${STEPS:-120}; var_steps=${VAR_STEPS:-60}; work=${WORK:-build/experiment-quick}; n_train=4000
 else
-    steps=${STEPS:-3000}; var_steps=${VAR_STEPS:-1500}; work=${WORK:-build/experiment}; n_train=60000
+    steps=${STEPS:-3000}; var_steps=${VAR_STEPS:-1000}; work=${WORK:-build/experiment}; n_train=60000
 fi
 tasks=${TASKS:-"parity s3 s5 var"}
 models=${MODELS:-"plain t2mlr t2mlr-adaptive lrt"}
@@ -173,6 +173,36 @@ log "wrote $report/experiment-results.md and $report/experiment-*.svg"
 if [ "$quick" = 0 ] && [ -d "$work/s3/t2mlr.run/latest" ]; then
     rm -rf models/s3.tmp && mkdir -p models/s3.tmp
     cp "$work/s3/t2mlr.run/latest/"{config.json,model.safetensors,tokenizer.json,tokenizer_config.json} models/s3.tmp/
+    "$PY" - "$work/results/s3.t2mlr.eval.json" "$work/results/s3.t2mlr.train.json" "$cpu" >models/s3.tmp/README.md <<'EOF'
+import json, sys
+ev, tr, cpu = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+pts = [(r["from"], r["accuracy"], r["n"]) for r in ev["rows"] if r["from"] == r["to"]]
+def mean(lo, hi):
+    sel = [(a, n) for x, a, n in pts if lo <= x <= hi]
+    return sum(a * n for a, n in sel) / sum(n for _, n in sel)
+worst = min(a for x, a, n in pts)
+print(f"""# models/s3
+
+The S3 word-problem model of `make experiment` (docs/experiments.md): a tiny
+T2MLR transformer (d 64, 4 blocks, 4 heads, FFN 256, recurrence over blocks
+1..2, 0.28M parameters, F32) that reads a sequence of permutations of three
+elements and answers, at every position, their running product.
+
+- Tokens: `<bos>` then elements written `<123>`, `<132>`, ... (one-line
+  notation, the identity first); the answer at each position is the next-token
+  prediction, an element of the same vocabulary (`latent data group --group s3`).
+- Trained on records of 16 elements with `latent train {tr["args"]}`
+  ({tr["time"]} on {cpu}, one thread).
+- Accuracy (`latent eval`, 500 records of 32 elements, seed 1001): positions
+  1-16 {mean(1, 16):.4f}, positions 17-32 (past the trained length)
+  {mean(17, 32):.4f}, worst position {worst:.4f}.
+
+Served by latentd, it answers through /v1/completions: the prompt is the
+elements' text, `max_tokens: 1, temperature: 0` gives the product of them all,
+and `echo: true, logprobs: 1` the product after each one
+(tests/integration/server_s3.sh checks 50 records against `latent eval`).
+""")
+EOF
     rm -rf models/s3 && mv models/s3.tmp models/s3
     log "copied the S3 T2MLR model to models/s3"
 fi

@@ -10,15 +10,15 @@
 #      (d 256, 6 blocks, 4 heads, FFN 768, recurrence over blocks 2..3)  latent init
 #   5. trained with T2MLR Jacobi (D=4, B=2), AdamW, cosine schedule  latent train
 #      (checkpoints every 100 steps; rerunning the script resumes)
-#   5b. the control: the same backbone (same init seed) without the
-#      recurrence, same data, trained for the same wall-clock time (its step
-#      count from a 20-step throughput probe; COMPARE=0 skips it)
+#      beside it, the control: the same backbone (same init seed) without
+#      the recurrence, same data, the same wall-clock budget (both runs at
+#      once on half the cores each; COMPARE=0 skips it)
 #   6. the last checkpoint converted to BF16 into models/default    models/tools/to_bf16.py
 #   7. models/default/README.md written with the numbers of this run
 #
-# usage: models/make_default.sh            (about 75 minutes on 2 cores: two runs)
-# env:   STEPS (default 1800), COMPARE (1), WORK (build/default-model), OUT (models/default),
-#        THREADS (all cores), LATENT (build/latent), PYTHON (/usr/bin/python3)
+# usage: models/make_default.sh            (about 45 minutes on 2 cores, the two runs side by side)
+# env:   STEPS (default 1200), COMPARE (1), WORK (build/default-model), OUT (models/default),
+#        THREADS (threads per run: all cores, or half each beside the control), LATENT (build/latent), PYTHON (/usr/bin/python3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -26,7 +26,7 @@ PY=${PYTHON:-/usr/bin/python3}
 latent=${LATENT:-build/latent}
 work=${WORK:-build/default-model}
 out=${OUT:-models/default}
-steps=${STEPS:-1800}
+steps=${STEPS:-1200}
 threads=${THREADS:-}
 seed=1
 
@@ -52,35 +52,53 @@ log "4. initial model"
 [ -s "$work/init/model.safetensors" ] ||
     "$latent" init --config models/tools/default_config.json --out "$work/init" --seed $seed --tokenizer "$work/tokenizer"
 
+# With the control (COMPARE=1, the default) both models train at the same
+# time, each on half the cores, so that they get the same wall-clock budget
+# under the same conditions: the control's step count is the T2MLR run's times
+# the ratio of their step times, measured in 20-step probes run side by side.
+ncores=$(nproc)
+if [ "${COMPARE:-1}" = 1 ]; then
+    per_run=$((ncores / 2 > 0 ? ncores / 2 : 1))
+else
+    per_run=$ncores
+fi
+[ -z "$threads" ] || per_run=$threads
 common_args=(--data "$work/train.bin" --resume --batch 8 --seq 256 --optimizer adamw --lr 3e-3 --warmup 50
     --lr-schedule cosine --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --grad-clip 1.0 --seed $seed
-    --eval-data "$work/val.bin" --eval-every 200 --eval-batches 16 --save-every 100)
-[ -z "$threads" ] || common_args+=(--threads "$threads")
+    --eval-data "$work/val.bin" --eval-every 200 --eval-batches 16 --save-every 100 --threads "$per_run")
 train_args=(--model "$work/init" --out "$work/run" --steps "$steps" --jacobi-iters 4 --jacobi-grad-iters 2 "${common_args[@]}")
-log "5. training: $latent train ${train_args[*]}"
-"$latent" train "${train_args[@]}" </dev/null
-
-# Seconds spent in training steps (evals and saves excluded), from a train.jsonl.
-step_seconds() { "$PY" -c 'import json,sys; print(sum(2048/r["tokens_per_s"] for r in map(json.loads, open(sys.argv[1])) if r.get("tokens_per_s")))' "$1"; }
-if [ "${COMPARE:-1}" = 1 ]; then
-    log "5b. control: the plain transformer, same backbone, data and wall-clock"
+if [ "${COMPARE:-1}" != 1 ]; then
+    log "5. training: $latent train ${train_args[*]}"
+    "$latent" train "${train_args[@]}" </dev/null
+else
     "$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); c.pop("latent_recurrence"); json.dump(c, open(sys.argv[2], "w"), indent=2)' \
         models/tools/default_config.json "$work/plain_config.json"
     [ -s "$work/plain_init/model.safetensors" ] ||
         "$latent" init --config "$work/plain_config.json" --out "$work/plain_init" --seed $seed --tokenizer "$work/tokenizer"
-    if [ ! -s "$work/plain_steps" ]; then
-        rm -rf "$work/plain_probe"
-        "$latent" train --model "$work/plain_init" --out "$work/plain_probe" --steps 20 "${common_args[@]}" --eval-every 1000 </dev/null >/dev/null
-        "$PY" - "$(step_seconds "$work/run/train.jsonl")" "$work/plain_probe/train.jsonl" >"$work/plain_steps" <<'EOF'
+    if [ ! -s "$work/plain_steps.$steps" ]; then
+        log "5a. step-time probes, T2MLR and plain side by side (20 steps each)"
+        rm -rf "$work/probe_t2mlr" "$work/probe_plain"
+        "$latent" train --model "$work/init" --out "$work/probe_t2mlr" --steps 20 --jacobi-iters 4 --jacobi-grad-iters 2 \
+            "${common_args[@]}" --eval-every 1000 </dev/null >/dev/null &
+        "$latent" train --model "$work/plain_init" --out "$work/probe_plain" --steps 20 "${common_args[@]}" --eval-every 1000 \
+            </dev/null >/dev/null
+        wait
+        "$PY" - "$steps" "$work/probe_t2mlr/train.jsonl" "$work/probe_plain/train.jsonl" >"$work/plain_steps.$steps" <<'EOF'
 import json, sys
-secs = float(sys.argv[1])
-tps = sorted(r["tokens_per_s"] for r in map(json.loads, open(sys.argv[2])) if r["step"] > 5)
-print(int(secs * tps[len(tps) // 2] / 2048))
+def median_tps(path):
+    tps = sorted(r["tokens_per_s"] for r in map(json.loads, open(path)) if r["step"] > 5)
+    return tps[len(tps) // 2]
+print(int(int(sys.argv[1]) * median_tps(sys.argv[3]) / median_tps(sys.argv[2])))
 EOF
     fi
-    plain_args=(--model "$work/plain_init" --out "$work/plain_run" --steps "$(cat "$work/plain_steps")" "${common_args[@]}")
-    log "   $latent train ${plain_args[*]}"
-    "$latent" train "${plain_args[@]}" </dev/null
+    plain_args=(--model "$work/plain_init" --out "$work/plain_run" --steps "$(cat "$work/plain_steps.$steps")" "${common_args[@]}")
+    log "5. training, side by side:"
+    log "   $latent train ${train_args[*]}"
+    log "   $latent train ${plain_args[*]}  (the control)"
+    "$latent" train "${plain_args[@]}" </dev/null >"$work/plain_train.log" 2>&1 &
+    plain_pid=$!
+    "$latent" train "${train_args[@]}" </dev/null
+    wait $plain_pid || { log "the control run failed: $work/plain_train.log"; exit 1; }
 fi
 
 log "6. BF16 copy into $out"
@@ -157,8 +175,10 @@ anything but testing the serving path and the recurrence.
   before the BF16 conversion.
 
 Against the same backbone without the recurrence (same init seed, data and
-schedule shape), trained for the same time in training steps, on the same
-machine ({cpu}, 2 vCPUs), one after the other:
+schedule shape) trained for the same wall-clock budget: its step count is the
+T2MLR run's times the ratio of the two models' step times, measured in
+20-step probes, and the two ran side by side, one core each, on this machine
+({cpu}, 2 vCPUs):
 
 | model | steps | epochs | time in steps | validation loss | perplexity | bits per byte |
 |---|---|---|---|---|---|---|
@@ -194,7 +214,8 @@ which runs, in build/default-model/:
 and, for the control row of the table, the same `latent init` with the config
 minus its "latent_recurrence" block (out plain_init) and the same `latent
 train` without the Jacobi flags, for as many steps as fit in the T2MLR run's
-time (a 20-step probe measures the plain step).
+time (20-step probes of both models side by side give the ratio), at the same
+time as the T2MLR run, each on one core.
 
 The training log of this run (one JSON line per step) is train.jsonl beside
 this file.
