@@ -24,9 +24,9 @@ static const char *help =
     "o_proj and down_proj N(0, std/sqrt(2*layers)); RMSNorm weights 1.\n"
     "T2MLR: w_rec N(0, 1/d), gate weights N(0, std), gate biases 0, gamma_rec =\n"
     "gamma_cur = --gamma (0.1), or each its own with --gamma-rec / --gamma-cur\n"
-    "(the papers' recipe for state tracking: --gamma-rec 1 --gamma-cur 0). LRT: alpha 1, gamma --gamma (0.1), gate weights 0\n"
-    "(gates 1), k/v projections N(0, std). The same seed gives the same backbone\n"
-    "with or without the recurrence.\n"
+    "(the state-tracking recipe: --gamma-rec 1 --gamma-cur 0). LRT: alpha 1,\n"
+    "gamma --gamma (0.1), gate weights 0 (gates 1), k/v projections N(0, std).\n"
+    "The same seed gives the same backbone with or without the recurrence.\n"
     "\n"
     "DIR is written atomically (a temporary sibling directory, fsync, rename);\n"
     "an existing DIR is refused unless --force.\n";

@@ -175,5 +175,25 @@ expect_fail "data: unknown task" "unknown task" -- "$latent" data sorting --out 
 expect_fail "data: S7 is too big" "S_n" -- "$latent" data group --group s7 --out "$tmp/x" --n-records 3 --seed 1
 expect_fail "data: record too short" "too short" -- "$latent" data group --len 10 --record-len 5 --out "$tmp/x" --n-records 3 --seed 1
 
+# The state-tracking recipe's start: gamma_rec and gamma_cur each their own value,
+# the rest of the weights those of the same seed without the flags.
+run "init --gamma-rec 1 --gamma-cur 0" -- "$latent" init --config "$tmp/cfg.json" --out "$tmp/mg" --seed 3 --gamma-rec 1 --gamma-cur 0
+run "init without them" -- "$latent" init --config "$tmp/cfg.json" --out "$tmp/mg0" --seed 3
+if out=$("$PY" - "$tmp" "$ref" <<'EOF' 2>&1
+import sys
+sys.path.insert(0, sys.argv[2])
+import numpy as np
+from safetensors_py import read_file
+a, b = read_file(sys.argv[1] + "/mg/model.safetensors"), read_file(sys.argv[1] + "/mg0/model.safetensors")
+assert np.all(a["model.t2mlr.gamma_rec"] == 1) and np.all(a["model.t2mlr.gamma_cur"] == 0), (a["model.t2mlr.gamma_rec"], a["model.t2mlr.gamma_cur"])
+assert np.all(b["model.t2mlr.gamma_rec"] == np.float32(0.1)) and np.all(b["model.t2mlr.gamma_cur"] == np.float32(0.1))
+for k in a:
+    if "gamma" not in k:
+        assert np.array_equal(a[k], b[k]), k
+print("gamma_rec 1, gamma_cur 0; every other tensor as without the flags")
+EOF
+); then ok "init: the gammas set, nothing else changed ($out)"; else fail "init --gamma-rec/--gamma-cur" "$out"; fi
+expect_fail "init: --gamma-rec out of range" "gamma-rec" -- "$latent" init --config "$tmp/cfg.json" --out "$tmp/mg2" --seed 3 --gamma-rec 11
+
 echo "$((n - fails)) of $n checks passed"
 [ "$fails" -eq 0 ]
