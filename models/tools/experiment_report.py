@@ -6,8 +6,10 @@ usage: experiment_report.py RESULTS_DIR OUT_DIR
 RESULTS_DIR holds, per task and model, TASK.MODEL.eval.json (`latent eval
 --json --bucket-width 1` on the long test set) and TASK.MODEL.train.json
 (what experiment.sh recorded of the training run), plus run.json (the
-experiment's settings and machine). OUT_DIR receives results.md (markdown
-tables) and one SVG plot per task: accuracy against position (group tasks)
+experiment's settings and machine). OUT_DIR receives the markdown tables
+(between the markers <!-- results:begin --> and <!-- results:end --> of
+OUT_DIR/experiments.md when that page has them, else as experiment-results.md)
+and one SVG plot per task: accuracy against position (group tasks)
 or alias depth (var-assign), a line per model, the trained length marked.
 The SVG is written here, by hand, so that the experiment needs nothing
 beyond python3.
@@ -98,7 +100,7 @@ def main():
     res, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
     run = load(os.path.join(res, "run.json"))
-    lines = ["<!-- written by models/tools/experiment_report.py from %s; do not edit by hand -->" % res, "",
+    lines = ["<!-- written by models/tools/experiment_report.py from %s; do not edit by hand -->" % res,
              "Machine: %s; %d runs at a time, one thread each; %s products; seed %s; %s steps per model%s." %
              (run["cpu"], run["jobs"], run["precision"], run["seeds"], run["steps"],
               " (QUICK=1: a smoke run, not evidence)" if run.get("quick") else ""), ""]
@@ -146,8 +148,20 @@ def main():
         svg_plot(os.path.join(out, svg), task["title"], "position" if kind == "group" else "alias depth", series,
                  trained if kind == "group" else task["train_max"], task.get("chance"))
         lines += ["", "![%s](%s)" % (task["title"], svg), ""]
-    with open(os.path.join(out, "experiment-results.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    # docs/experiments.md carries the tables between its markers; elsewhere
+    # (a QUICK run's report directory) they get a page of their own
+    page = os.path.join(out, "experiments.md")
+    b, e = "<!-- results:begin -->", "<!-- results:end -->"
+    text = open(page).read() if os.path.exists(page) else ""
+    if b in text and e in text:
+        head, rest = text.split(b, 1)
+        tail = rest.split(e, 1)[1]
+        with open(page + ".tmp", "w") as f:
+            f.write(head + b + "\n" + "\n".join(lines) + "\n" + e + tail)
+        os.replace(page + ".tmp", page)
+    else:
+        with open(os.path.join(out, "experiment-results.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
