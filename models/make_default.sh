@@ -194,7 +194,8 @@ Samples (`latent generate`, BF16 weights):
     $ latent generate --model models/default --prompt "It was a cold morning, and" -n 32
     It was a cold morning, and{indent(greedy)}
 
-Rebuild it (about 75 minutes on 2 cores with the control run; rerunning resumes):
+Rebuild it (about 45 minutes on 2 cores alone, the two runs side by side;
+rerunning resumes):
 
     models/make_default.sh
 
