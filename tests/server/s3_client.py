@@ -3,7 +3,7 @@
 sent to latentd through /v1/completions must get the answers `latent eval`
 gives offline, position by position.
 
-usage: s3_client.py URL DATA_PREFIX EVAL_SHOW_FILE N_RECORDS
+usage: s3_client.py URL DATA_PREFIX EVAL_SHOW_FILE N_RECORDS TOKENIZER_JSON
 
 One request per record: the prompt is the record's text up to its last
 element (BOS and the elements, as the task tokenizer's symbols), with
@@ -11,7 +11,8 @@ element (BOS and the elements, as the task tokenizer's symbols), with
 the echoed prompt's logprobs at position p is the model's answer for the
 target at p (predicted from position p - 1), and the generated token answers
 the last target. EVAL_SHOW_FILE is `latent eval --show N` of the same file:
-lines "record R: p:target:predicted ...".
+lines "record R: p:target:predicted ...". TOKENIZER_JSON is the model's
+tokenizer.json, whose added tokens are the task's symbols.
 """
 import json
 import re
@@ -28,7 +29,7 @@ def post(url, body):
 
 
 def main():
-    url, prefix, show_path, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    url, prefix, show_path, n, tok_path = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
     meta = json.load(open(prefix + ".json"))
     L = meta["record_len"]
     raw = open(prefix + ".bin", "rb").read()
@@ -43,7 +44,7 @@ def main():
         sys.exit("eval --show printed %d records, need %d" % (len(offline), n))
     # symbol text <-> id from the tokenizer the model ships (latent data writes
     # the task's symbols as added tokens)
-    tok = json.load(open(sys.argv[5])) if len(sys.argv) > 5 else None
+    tok = json.load(open(tok_path))
     sym = {t["id"]: t["content"] for t in tok["added_tokens"]}
     ids = {v: k for k, v in sym.items()}
     right_served = right_offline = total = 0
