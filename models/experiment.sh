@@ -168,7 +168,7 @@ EOF
 report=docs
 [ "$quick" = 1 ] && report="$work/report"
 "$PY" models/tools/experiment_report.py "$work/results" "$report"
-log "wrote $report/experiment-results.md and $report/experiment-*.svg"
+log "wrote the tables ($report/experiments.md between its markers, else $report/experiment-results.md) and $report/experiment-*.svg"
 
 if [ "$quick" = 0 ] && [ -d "$work/s3/t2mlr.run/latest" ]; then
     rm -rf models/s3.tmp && mkdir -p models/s3.tmp
