@@ -58,36 +58,57 @@ float latent_gemm_bf16_weight(const uint16_t *panels, int k, int row, int col) {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-/* 16 floats at a time, exactly latent_f32_to_bf16 (nearest even, NaN quietened). */
-__attribute__((target("avx512f,avx512bw"))) static int round_row_avx512(uint16_t *d, const float *s, int k) {
+/* 16 floats to bf16 in the low half of each 32-bit lane, exactly
+ * latent_f32_to_bf16 (nearest even, NaN quietened). */
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline __m512i round16(__m512 f) {
     const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+    __m512i u = _mm512_castps_si512(f);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
+}
+
+__attribute__((target("avx512f,avx512bw"))) static int round_row_avx512(uint16_t *d, const float *s, int k) {
     int i = 0;
-    for (; i + 16 <= k; i += 16) {
-        __m512i u = _mm512_castps_si512(_mm512_loadu_ps(s + i));
-        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
-        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
-        _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(r));
+    for (; i + 16 <= k; i += 16) _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(s + i))));
+    return i;
+}
+
+/* Two rows rounded and interleaved: the 32-bit lane j holds a[j] (low half)
+ * and b[j] (high half), which is a pair in memory order. */
+__attribute__((target("avx512f,avx512bw"))) static int pack_pairs_avx512(uint16_t *d, const float *a, const float *b, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i lo = round16(_mm512_loadu_ps(a + i));
+        __m512i hi = b ? _mm512_slli_epi32(round16(_mm512_loadu_ps(b + i)), 16) : _mm512_setzero_si512();
+        _mm512_storeu_si512((void *)(d + 2 * i), _mm512_or_si512(lo, hi));
     }
     return i;
 }
 #endif
 
+void latent_bf16_round_span(uint16_t *dst, const float *src, int n) {
+    int i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (latent_isa_active() >= LATENT_ISA_AVX512) i = round_row_avx512(dst, src, n);
+#endif
+    for (; i < n; i++) dst[i] = latent_f32_to_bf16(src[i]);
+}
+
+void latent_bf16_pack_pairs(uint16_t *dst, const float *a, const float *b, int n) {
+    int i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (latent_isa_active() >= LATENT_ISA_AVX512) i = pack_pairs_avx512(dst, a, b, n);
+#endif
+    for (; i < n; i++) dst[2 * i] = latent_f32_to_bf16(a[i]), dst[2 * i + 1] = b ? latent_f32_to_bf16(b[i]) : 0;
+}
+
 void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k) {
     int kp2 = (k + 1) / 2 * 2;
-#if defined(__x86_64__) && defined(__GNUC__)
-    int wide = latent_isa_active() >= LATENT_ISA_AVX512;
-#endif
     for (int r = 0; r < m; r++) {
-        uint16_t *d = dst + (size_t)r * kp2;
-        const float *s = x + (size_t)r * k;
-        int i = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-        if (wide) i = round_row_avx512(d, s, k);
-#endif
-        for (; i < k; i++) d[i] = latent_f32_to_bf16(s[i]);
-        if (kp2 > k) d[k] = 0;
+        latent_bf16_round_span(dst + (size_t)r * kp2, x + (size_t)r * k, k);
+        if (kp2 > k) dst[(size_t)r * kp2 + k] = 0;
     }
 }
 
@@ -168,8 +189,8 @@ __attribute__((target("avx512f"), always_inline)) static inline void put(float *
 /* ---- AVX512-BF16: vdpbf16ps ---- */
 
 __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) static inline void
-dp_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols,
-         int acc) {
+dp_micro(int MR, int pair_major, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0,
+         int q1, int cols, int acc) {
     __m512 acc0[MR_BF16], acc1[MR_BF16];
 #pragma GCC unroll 12
     for (int r = 0; r < MR; r++) acc0[r] = _mm512_setzero_ps(), acc1[r] = _mm512_setzero_ps();
@@ -179,7 +200,8 @@ dp_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16
 #pragma GCC unroll 12
         for (int r = 0; r < MR; r++) {
             uint32_t pair;
-            memcpy(&pair, xb + (size_t)r * ldx2 + 2 * q, sizeof pair);
+            /* rows: X[r][2q..2q+1] at r ldx2 + 2q; pair-major: at q ldx2 + 2r */
+            memcpy(&pair, pair_major ? xb + (size_t)q * ldx2 + 2 * r : xb + (size_t)r * ldx2 + 2 * q, sizeof pair);
             __m512bh xv = (__m512bh)_mm512_set1_epi32((int)pair);
             acc0[r] = _mm512_dpbf16_ps(acc0[r], xv, w0);
             acc1[r] = _mm512_dpbf16_ps(acc1[r], xv, w1);
@@ -193,7 +215,12 @@ dp_micro(int MR, float *out, int ldo, const uint16_t *xb, int ldx2, const uint16
     __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void dp_##R(                                   \
         float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols,      \
         int acc) {                                                                                                \
-        dp_micro(R, out, ldo, xb, ldx2, panel, q0, q1, cols, acc);                                               \
+        dp_micro(R, 0, out, ldo, xb, ldx2, panel, q0, q1, cols, acc);                                            \
+    }                                                                                                             \
+    __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void dpq_##R(                                  \
+        float *out, int ldo, const uint16_t *xb, int ldx2, const uint16_t *panel, int q0, int q1, int cols,      \
+        int acc) {                                                                                                \
+        dp_micro(R, 1, out, ldo, xb, ldx2, panel, q0, q1, cols, acc);                                            \
     }
 DP_FN(1) DP_FN(2) DP_FN(3) DP_FN(4) DP_FN(5) DP_FN(6) DP_FN(7) DP_FN(8) DP_FN(9) DP_FN(10) DP_FN(11) DP_FN(12)
 
@@ -234,13 +261,15 @@ EMU_FN(1) EMU_FN(2) EMU_FN(3) EMU_FN(4) EMU_FN(5) EMU_FN(6) EMU_FN(7) EMU_FN(8)
 
 typedef void (*bf16_micro)(float *, int, const uint16_t *, int, const uint16_t *, int, int, int, int);
 static const bf16_micro dp_micros[MR_BF16] = {dp_1, dp_2, dp_3, dp_4, dp_5, dp_6, dp_7, dp_8, dp_9, dp_10, dp_11, dp_12};
+static const bf16_micro dpq_micros[MR_BF16] = {dpq_1, dpq_2, dpq_3, dpq_4, dpq_5, dpq_6,
+                                               dpq_7, dpq_8, dpq_9, dpq_10, dpq_11, dpq_12};
 static const bf16_micro emu_micros[MR_F32EMU] = {emu_1, emu_2, emu_3, emu_4, emu_5, emu_6, emu_7, emu_8};
 
 /* Panels [p0, p1) of every row: for each panel, each K block, each row tile.
  * A panel's K blocks run in order, so every output element sees the same
  * sequence of block sums whatever m is. */
-static void run_tiles(const bf16_micro *micros, int mr_max, float *out, int ldo, const uint16_t *xb, int m, int n,
-                      int k, const uint16_t *panels, int p0, int p1, int acc) {
+static void run_tiles(const bf16_micro *micros, int mr_max, int pair_major, float *out, int ldo, const uint16_t *xb,
+                      int m, int n, int k, const uint16_t *panels, int p0, int p1, int acc) {
     int kp = (k + 1) / 2;
     for (int pn = p0; pn < p1; pn++) {
         const uint16_t *panel = panels + (size_t)pn * kp * GEMM_PANEL * 2;
@@ -249,8 +278,9 @@ static void run_tiles(const bf16_micro *micros, int mr_max, float *out, int ldo,
             int q1 = q0 + KB_PAIRS < kp ? q0 + KB_PAIRS : kp;
             for (int i = 0; i < m; i += mr_max) {
                 int mr = m - i < mr_max ? m - i : mr_max;
-                micros[mr - 1](out + (size_t)i * ldo + (size_t)pn * GEMM_PANEL, ldo, xb + (size_t)i * kp * 2, kp * 2, panel,
-                               q0, q1, cols, acc);
+                float *o = out + (size_t)i * ldo + (size_t)pn * GEMM_PANEL;
+                if (pair_major) micros[mr - 1](o, ldo, xb + (size_t)i * 2, m * 2, panel, q0, q1, cols, acc);
+                else micros[mr - 1](o, ldo, xb + (size_t)i * kp * 2, kp * 2, panel, q0, q1, cols, acc);
             }
         }
     }
@@ -262,11 +292,11 @@ static void run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, co
 #if defined(__x86_64__) && defined(__GNUC__)
     latent_isa isa = latent_isa_active();
     if (isa >= LATENT_ISA_AVX512BF16) {
-        run_tiles(dp_micros, MR_BF16, out, ldo, xb, m, n, k, panels, p0, p1, acc);
+        run_tiles(dp_micros, MR_BF16, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
         return;
     }
     if (isa >= LATENT_ISA_AVX512) {
-        run_tiles(emu_micros, MR_F32EMU, out, ldo, xb, m, n, k, panels, p0, p1, acc);
+        run_tiles(emu_micros, MR_F32EMU, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
         return;
     }
 #endif
@@ -281,4 +311,43 @@ void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n,
 void latent_gemm_bf16_run_acc(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels,
                               int p0, int p1) {
     run(out, ldo, xb, m, n, k, panels, p0, p1, 1);
+}
+
+/* ---- pair-major X ---- */
+
+/* One row of a pair-major X by one panel over pairs [q0, q1): generic_block's
+ * arithmetic, the row's pairs `ldq` apart. */
+static void generic_block_pm(float acc[GEMM_PANEL], const uint16_t *xr, int ldq, const uint16_t *panel, int q0, int q1) {
+    for (int j = 0; j < GEMM_PANEL; j++) acc[j] = 0.0f;
+    for (int q = q0; q < q1; q++) {
+        const uint16_t *w = panel + (size_t)q * GEMM_PANEL * 2;
+        float xe = bf(xr[(size_t)q * ldq]), xo = bf(xr[(size_t)q * ldq + 1]);
+        for (int j = 0; j < GEMM_PANEL; j++) {
+            acc[j] = fmaf(xo, bf(w[2 * j + 1]), acc[j]);
+            acc[j] = fmaf(xe, bf(w[2 * j]), acc[j]);
+        }
+    }
+}
+
+void latent_gemm_bf16_run_pm(float *out, int ldo, const uint16_t *xq, int m, int n, int k, const uint16_t *panels, int p0,
+                             int p1, int acc) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (latent_isa_active() >= LATENT_ISA_AVX512BF16) {
+        run_tiles(dpq_micros, MR_BF16, 1, out, ldo, xq, m, n, k, panels, p0, p1, acc);
+        return;
+    }
+#endif
+    int kp = (k + 1) / 2;
+    for (int pn = p0; pn < p1; pn++) {
+        const uint16_t *panel = panels + (size_t)pn * kp * GEMM_PANEL * 2;
+        int cols = n - pn * GEMM_PANEL < GEMM_PANEL ? n - pn * GEMM_PANEL : GEMM_PANEL;
+        for (int r = 0; r < m; r++) {
+            float *o = out + (size_t)r * ldo + (size_t)pn * GEMM_PANEL;
+            for (int q0 = 0; q0 < kp; q0 += KB_PAIRS) {
+                float a[GEMM_PANEL];
+                generic_block_pm(a, xq + (size_t)r * 2, m * 2, panel, q0, q0 + KB_PAIRS < kp ? q0 + KB_PAIRS : kp);
+                for (int j = 0; j < cols; j++) o[j] = q0 == 0 && !acc ? a[j] : o[j] + a[j];
+            }
+        }
+    }
 }

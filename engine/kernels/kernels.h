@@ -145,6 +145,17 @@ void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n,
 void latent_gemm_bf16_run_acc(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels,
                               int p0, int p1);
 
+/* The same product with X pair-major, [k/2][m][2] (pair q of row r at
+ * (q m + r) 2): the layout of a transposed operand packed two of its rows at
+ * a time (the trainer's weight gradients, dY^T X). acc: add to out. The
+ * vdpbf16ps path where the CPU has it, else plain C in the same order. */
+void latent_gemm_bf16_run_pm(float *out, int ldo, const uint16_t *xq, int m, int n, int k, const uint16_t *panels, int p0,
+                             int p1, int acc);
+/* src (n) -> bf16; and two rows a, b (n) as pairs: dst[2j] = a[j], dst[2j+1]
+ * = b[j] (b NULL: 0). Nearest even, as latent_f32_to_bf16. */
+void latent_bf16_round_span(uint16_t *dst, const float *src, int n);
+void latent_bf16_pack_pairs(uint16_t *dst, const float *a, const float *b, int n);
+
 /* ---- attention ---- */
 
 /* One token row of a step: where its k, v go and what it attends to. */

@@ -909,11 +909,13 @@ int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, late
             if (t->flow_buf[i] != 2) t->flow = t->flow_buf;
         }
     double l;
+    latent_tr_step_begin(); /* the weights hold still until step_end: pack each once */
     switch (t->s.mode) {
     case LATENT_TRAIN_JACOBI: l = jacobi_step(t, grads); break;
     case LATENT_TRAIN_LRT: l = lrt_step(t, grads); break;
     default: l = plain_step(t, grads); break;
     }
+    latent_tr_step_end();
     t->fwd_only = grads == NULL;
     gate_stats(t);
     *loss = l;

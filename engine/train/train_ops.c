@@ -94,15 +94,35 @@ typedef struct {
     float *out;
     const float *x, *w, *bias;
     int n, in_dim, out_dim, chunk;
+    const uint16_t *xb, *wp; /* bf16: x rounded and W packed, before the tasks (or NULL) */
 } lin_fwd_job;
+
+/* out[r0:r1] = x[r0:r1] W^T, in bf16 from the pre-rounded rows when there are some */
+static void rows_times_wt(float *out, const float *x, const uint16_t *xb, const float *w, const uint16_t *wp, int r0,
+                          int r1, int in_dim, int out_dim) {
+    if (xb && wp)
+        latent_tr_gemm_rounded(xb + (size_t)r0 * ((in_dim + 1) / 2 * 2), r1 - r0, out_dim, in_dim, wp,
+                               out + (size_t)r0 * out_dim, out_dim);
+    else
+        latent_tr_gemm(0, 1, r1 - r0, out_dim, in_dim, x + (size_t)r0 * in_dim, in_dim, w, in_dim, 0,
+                       out + (size_t)r0 * out_dim, out_dim);
+}
+
+/* dx[r0:r1] += dout[r0:r1] W, in bf16 through W^T's panels when packed */
+static void rows_times_w(float *dx, const float *dout, const float *w, const uint16_t *wtp, int r0, int r1, int in_dim,
+                         int out_dim) {
+    const float *g = dout + (size_t)r0 * out_dim;
+    float *o = dx + (size_t)r0 * in_dim;
+    if (wtp && latent_tr_gemm_b(0, r1 - r0, in_dim, out_dim, g, out_dim, wtp, 1, o, in_dim) == 0) return;
+    latent_tr_gemm(0, 0, r1 - r0, in_dim, out_dim, g, out_dim, w, in_dim, 1, o, in_dim);
+}
 
 static void lin_fwd_task(void *ctx, int task) {
     const lin_fwd_job *j = ctx;
     int r0 = task * j->chunk, r1 = r0 + j->chunk > j->n ? j->n : r0 + j->chunk;
     if (r0 >= r1) return;
     float *o = j->out + (size_t)r0 * j->out_dim;
-    latent_tr_gemm(0, 1, r1 - r0, j->out_dim, j->in_dim, j->x + (size_t)r0 * j->in_dim, j->in_dim, j->w, j->in_dim, 0,
-                   o, j->out_dim);
+    rows_times_wt(j->out, j->x, j->xb, j->w, j->wp, r0, r1, j->in_dim, j->out_dim);
     if (j->bias)
         for (int r = r0; r < r1; r++, o += j->out_dim)
             for (int c = 0; c < j->out_dim; c++) o[c] += j->bias[c];
@@ -115,7 +135,11 @@ void latent_tr_linear_forward(float *out, const float *x, const float *w, const 
     /* Two row chunks per thread: the caller takes over what a descheduled worker
      * has not claimed (the machine is shared). */
     int tasks = n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
-    lin_fwd_job j = {out, x, w, bias, n, in_dim, out_dim, (n + tasks - 1) / tasks};
+    lin_fwd_job j = {out, x, w, bias, n, in_dim, out_dim, (n + tasks - 1) / tasks, NULL, NULL};
+    if (latent_tr_bf16()) {
+        j.wp = latent_tr_weight_panels(1, w, in_dim, out_dim, in_dim);
+        j.xb = j.wp ? latent_tr_round_input(x, n, in_dim) : NULL;
+    }
     latent_parallel_for(lin_fwd_task, &j, tasks);
 }
 
@@ -125,6 +149,7 @@ typedef struct {
     int n, in_dim, out_dim;
     int dx_tasks, dx_chunk, dw_chunk;
     const uint16_t *xp;       /* bf16: x packed once for every weight-gradient task, or NULL */
+    const uint16_t *wtp;      /* bf16: W^T's panels for the input gradient, or NULL */
 } lin_bwd_job;
 
 /* dw[o0:o1] += dout[:, o0:o1]^T x, with x pre-packed under bf16 */
@@ -141,8 +166,7 @@ static void lin_bwd_task(void *ctx, int task) {
         /* dx[r0:r1] += dout[r0:r1] W */
         int r0 = task * j->dx_chunk, r1 = r0 + j->dx_chunk > j->n ? j->n : r0 + j->dx_chunk;
         if (r0 >= r1) return;
-        latent_tr_gemm(0, 0, r1 - r0, j->in_dim, j->out_dim, j->dout + (size_t)r0 * j->out_dim, j->out_dim, j->w,
-                       j->in_dim, 1, j->dx + (size_t)r0 * j->in_dim, j->in_dim);
+        rows_times_w(j->dx, j->dout, j->w, j->wtp, r0, r1, j->in_dim, j->out_dim);
         return;
     }
     /* dw[o0:o1] += dout[:, o0:o1]^T x; dbias[o0:o1] += column sums */
@@ -162,7 +186,8 @@ void latent_tr_linear_backward(float *dx, float *dw, float *dbias, const float *
     int threads = latent_get_threads();
     /* bf16: x is the packed operand of every weight-gradient task: pack it once */
     const uint16_t *xp = dw && latent_tr_bf16() ? latent_tr_pack_b(0, x, in_dim, in_dim, n) : NULL;
-    lin_bwd_job j = {dx, dw, dbias, dout, x, w, n, in_dim, out_dim, 0, 1, 1, xp};
+    lin_bwd_job j = {dx, dw, dbias, dout, x, w, n, in_dim, out_dim, 0, 1, 1, xp, NULL};
+    if (dx && latent_tr_bf16()) j.wtp = latent_tr_weight_panels(0, w, in_dim, in_dim, out_dim);
     int dw_tasks = 0;
     if (dx) {
         j.dx_tasks = n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
@@ -188,15 +213,15 @@ typedef struct {
     int k, n, in_dim, row_tasks, row_chunk, dw_tasks;
     int per[MULTI_MAX]; /* dW tasks of each matrix, as tr_linear_backward splits it */
     const uint16_t *xp; /* bf16: x packed once for every weight-gradient task, or NULL */
+    const uint16_t *xb; /* bf16: x rounded once for every forward product, or NULL */
+    const uint16_t *wp[MULTI_MAX]; /* bf16: the weights' panels (forward: W, backward: W^T), or NULL */
 } multi_job;
 
 static void multi_fwd_task(void *ctx, int task) {
     const multi_job *j = ctx;
     int r0 = task * j->row_chunk, r1 = r0 + j->row_chunk > j->n ? j->n : r0 + j->row_chunk;
     if (r0 >= r1) return;
-    for (int i = 0; i < j->k; i++)
-        latent_tr_gemm(0, 1, r1 - r0, j->out_dims[i], j->in_dim, j->x + (size_t)r0 * j->in_dim, j->in_dim, j->ws[i],
-                       j->in_dim, 0, j->outs[i] + (size_t)r0 * j->out_dims[i], j->out_dims[i]);
+    for (int i = 0; i < j->k; i++) rows_times_wt(j->outs[i], j->x, j->xb, j->ws[i], j->wp[i], r0, r1, j->in_dim, j->out_dims[i]);
 }
 
 static int row_tasks_for(int n) {
@@ -210,6 +235,11 @@ void latent_tr_linear_forward_multi(float *const *outs, const float *x, const fl
     int tasks = row_tasks_for(n);
     multi_job j = {.outs = outs, .x = x, .ws = ws, .out_dims = out_dims, .k = k, .n = n, .in_dim = in_dim,
                    .row_chunk = (n + tasks - 1) / tasks};
+    if (latent_tr_bf16()) {
+        int packed = 1;
+        for (int i = 0; i < k; i++) packed &= (j.wp[i] = latent_tr_weight_panels(1, ws[i], in_dim, out_dims[i], in_dim)) != NULL;
+        j.xb = packed ? latent_tr_round_input(x, n, in_dim) : NULL;
+    }
     latent_parallel_for(multi_fwd_task, &j, tasks);
 }
 
@@ -219,9 +249,7 @@ static void multi_bwd_task(void *ctx, int task) {
         /* dx[r0:r1] += douts[i][r0:r1] W_i, i in order */
         int r0 = task * j->row_chunk, r1 = r0 + j->row_chunk > j->n ? j->n : r0 + j->row_chunk;
         if (r0 >= r1) return;
-        for (int i = 0; i < j->k; i++)
-            latent_tr_gemm(0, 0, r1 - r0, j->in_dim, j->out_dims[i], j->douts[i] + (size_t)r0 * j->out_dims[i],
-                           j->out_dims[i], j->ws[i], j->in_dim, 1, j->dx + (size_t)r0 * j->in_dim, j->in_dim);
+        for (int i = 0; i < j->k; i++) rows_times_w(j->dx, j->douts[i], j->ws[i], j->wp[i], r0, r1, j->in_dim, j->out_dims[i]);
         return;
     }
     /* dW_i[o0:o1] += douts[i][:, o0:o1]^T x: the weights' rows in chunks, the
@@ -244,6 +272,8 @@ void latent_tr_linear_backward_multi(float *dx, float *const *dws, const float *
                    .in_dim = in_dim, .row_tasks = tasks, .row_chunk = (n + tasks - 1) / tasks};
     for (int i = 0; i < k; i++) j.dw_tasks += j.per[i] = out_dims[i] >= 32 * threads ? threads : 1;
     j.xp = latent_tr_bf16() ? latent_tr_pack_b(0, x, in_dim, in_dim, n) : NULL;
+    if (dx && latent_tr_bf16())
+        for (int i = 0; i < k; i++) j.wp[i] = latent_tr_weight_panels(0, ws[i], in_dim, in_dim, out_dims[i]);
     latent_parallel_for(multi_bwd_task, &j, j.row_tasks + j.dw_tasks);
 }
 

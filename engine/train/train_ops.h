@@ -32,6 +32,19 @@ const uint16_t *latent_tr_pack_b(int tb, const float *B, int ldb, int N, int K);
 int latent_tr_gemm_b(int ta, int M, int N, int K, const float *A, int lda, const uint16_t *panels, int accumulate,
                      float *C, int ldc);
 
+/* bf16: op(B)'s panels for the products of one step. Between
+ * latent_tr_step_begin and _end (the trainer's step, when no weight changes)
+ * each weight and orientation is packed once; outside, at every call. Valid
+ * until the step ends; NULL when out of memory. */
+void latent_tr_step_begin(void);
+void latent_tr_step_end(void);
+const uint16_t *latent_tr_weight_panels(int tb, const float *B, int ldb, int N, int K);
+/* bf16: x (M, K) rounded once for several products (a buffer of this
+ * module's, valid until the next call), and C (M, N) = that times the
+ * panels' W^T; NULL when out of memory. */
+const uint16_t *latent_tr_round_input(const float *x, int M, int K);
+void latent_tr_gemm_rounded(const uint16_t *xb, int M, int N, int K, const uint16_t *panels, float *C, int ldc);
+
 /* Runs fn(ctx, r0, r1) over [0, n) in contiguous chunks on the engine threads. */
 typedef void (*tr_rows_fn)(void *ctx, int r0, int r1);
 void latent_tr_par_rows(tr_rows_fn fn, void *ctx, int n);

@@ -2,7 +2,8 @@
  * against a double-precision product of the same bf16-rounded inputs, equal
  * across paths, and batch invariant (a row's bits do not depend on how many
  * rows share the call or where it sits among them). Also the bf16 rounding
- * itself and the bf16 KV pages' store and load. */
+ * itself (scalar and vectorised), the pair-major operand the trainer's
+ * weight gradients use, and the bf16 KV pages' store and load. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,59 @@ static void test_kv_pages(void) {
     latent_kv_pool_free(&p);
 }
 
+/* The vectorised span and pair packers give latent_f32_to_bf16's bits, ties,
+ * NaN, infinities and denormals included, at every length (tails). */
+static void test_packers(latent_isa isa) {
+    enum { N = 53 };
+    float a[N], b[N];
+    uint32_t specials[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0xff800000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu};
+    for (int i = 0; i < N; i++) a[i] = frand() * 100, b[i] = frand();
+    for (int i = 0; i < 7; i++) memcpy(&a[3 * i + 17], &specials[i], 4), memcpy(&b[5 * i + 1], &specials[i], 4);
+    int ok = 1;
+    for (int n = 0; n <= N; n++) {
+        uint16_t span[N], pairs[2 * N], pairs0[2 * N];
+        latent_bf16_round_span(span, a, n);
+        latent_bf16_pack_pairs(pairs, a, b, n);
+        latent_bf16_pack_pairs(pairs0, b, NULL, n);
+        for (int i = 0; i < n; i++)
+            ok &= span[i] == latent_f32_to_bf16(a[i]) && pairs[2 * i] == latent_f32_to_bf16(a[i]) &&
+                  pairs[2 * i + 1] == latent_f32_to_bf16(b[i]) && pairs0[2 * i] == latent_f32_to_bf16(b[i]) &&
+                  pairs0[2 * i + 1] == 0;
+    }
+    CHECK(ok, "%s: vectorised bf16 span and pair packing equal latent_f32_to_bf16", latent_isa_name(isa));
+}
+
+/* X given pair-major ([k/2][m][2], built from X^T's rows two at a time, as
+ * the trainer packs dY^T) gives the bits of the row-major product, with and
+ * without accumulation, for odd k and partial panels and row tiles. */
+static void test_pair_major(latent_isa isa) {
+    int shapes[][3] = {{1, 32, 2}, {13, 40, 7}, {25, 70, 300}, {40, 33, 257}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], kp = (k + 1) / 2, np = 0;
+        float *x = malloc(sizeof(float) * m * k), *xt = malloc(sizeof(float) * k * m), *w = malloc(sizeof(float) * n * k);
+        float *o1 = malloc(sizeof(float) * m * n), *o2 = malloc(sizeof(float) * m * n);
+        uint16_t *xb = malloc(sizeof(uint16_t) * m * kp * 2), *xq = malloc(sizeof(uint16_t) * m * kp * 2), *panels = NULL;
+        for (int i = 0; i < m * k; i++) x[i] = frand();
+        for (int i = 0; i < n * k; i++) w[i] = frand();
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < k; j++) xt[(size_t)j * m + i] = x[(size_t)i * k + j];
+        CHECK(latent_gemm_bf16_pack(&panels, &np, w, n, k) == 0, "pack");
+        latent_bf16_round_rows(xb, x, m, k);
+        for (int q = 0; q < kp; q++)
+            latent_bf16_pack_pairs(xq + (size_t)q * m * 2, xt + (size_t)(2 * q) * m, 2 * q + 1 < k ? xt + (size_t)(2 * q + 1) * m : NULL, m);
+        for (int acc = 0; acc <= 1; acc++) {
+            for (int i = 0; i < m * n; i++) o1[i] = o2[i] = acc ? (float)i : -1.0f;
+            if (acc) latent_gemm_bf16_run_acc(o1, n, xb, m, n, k, panels, 0, np);
+            else latent_gemm_bf16_run(o1, n, xb, m, n, k, panels, 0, np);
+            latent_gemm_bf16_run_pm(o2, n, xq, m, n, k, panels, 0, np, acc);
+            CHECK(memcmp(o1, o2, sizeof(float) * m * n) == 0, "%s: %dx%dx%d pair-major product (acc %d) differs from rows",
+                  latent_isa_name(isa), m, n, k, acc);
+        }
+        latent_gemm_bf16_free(panels, np, k);
+        free(x), free(xt), free(w), free(o1), free(o2), free(xb), free(xq);
+    }
+}
+
 int main(void) {
     test_rounding();
     test_kv_pages();
@@ -118,6 +172,7 @@ int main(void) {
         for (int i = LATENT_ISA_GENERIC; i <= (int)top; i++) {
             latent_isa isa = latent_isa_set((latent_isa)i);
             test_products(isa, results, i);
+            if (t == 1) test_packers(isa), test_pair_major(isa);
         }
         /* every path rounds alike: the same bits (no denormals in these inputs) */
         for (int i = LATENT_ISA_GENERIC + 1; i <= (int)top; i++)
