@@ -307,9 +307,9 @@ static void log_step(FILE *log, const latent_train_state *st, double loss, doubl
     fprintf(log, ", \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.1f", lr, gn, tps);
     if (!isnan(comm_s)) fprintf(log, ", \"allreduce_s\": %.6f", comm_s); /* data parallel: time in the collectives */
     if (mode == LATENT_TRAIN_JACOBI)
-        fprintf(log, ", \"jacobi_iters\": %d, \"tanh_gamma_rec\": %.6g, \"tanh_gamma_cur\": %.6g, \"gate_rec\": %.6g, "
-                     "\"gate_cur\": %.6g",
-                gs->jacobi_iters, gs->tanh_gamma_rec, gs->tanh_gamma_cur, gs->gate_rec, gs->gate_cur);
+        fprintf(log, ", \"jacobi_iters\": %d, \"jacobi_rows\": %.4g, \"tanh_gamma_rec\": %.6g, \"tanh_gamma_cur\": %.6g, "
+                     "\"gate_rec\": %.6g, \"gate_cur\": %.6g",
+                gs->jacobi_iters, gs->jacobi_rows, gs->tanh_gamma_rec, gs->tanh_gamma_cur, gs->gate_rec, gs->gate_cur);
     if (mode == LATENT_TRAIN_LRT)
         fprintf(log, ", \"alpha\": %.6g, \"gamma\": %.6g, \"gate_loc\": %.6g, \"gate_fb\": %.6g", gs->alpha, gs->gamma,
                 gs->gate_loc, gs->gate_fb);

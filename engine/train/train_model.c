@@ -9,6 +9,10 @@
  *           saved X); mid[] = the middle passes that carry gradient (the
  *           others run in mid[0] before them and are overwritten); fin =
  *           the final pass, blocks l_start..L-1 on Phi(X, R^(D-1)), head.
+ *           Adaptive with skipping, the passes without gradient run on the
+ *           rows of a suffix of each sequence only, in mid[0]'s buffers,
+ *           attending to a buffer of every middle block's k, v (the newest
+ *           pass's over each row: see jacobi_suffix_pass).
  *   LRT:    main = the full pass with m = 0, head; sub[s] = subset s's pass
  *           over its own rows (position t = s + j*S of each sequence), head,
  *           attending to a buffer of every block's k, v (rebuilt as a view of
@@ -88,6 +92,11 @@ struct latent_trainer {
     int n_mid, n_R;
     float **R;                /* a ring: R^(j) in R[j % n_R], the last n_R = max(G + 1, 2) kept */
     float *M, *dX, *dR, *dR2, *dM;
+    /* adaptive Jacobi's frontier skipping (jacobi_skipping; else NULL) */
+    int *sfx_pos, *sfx_glob;  /* (N) t and row b*T+t of the suffix pass's rows, sequence after sequence */
+    uint8_t *sfx_flow;        /* (N) their control flow */
+    float *kmid, *vmid;       /* (l_end-l_start+1, N, kv_dim) each middle block's k, v from the newest pass
+                                 that computed the row */
 
     /* LRT */
     int S, *sub_n;
@@ -116,6 +125,13 @@ static float *take(carver *cv, size_t n) {
     float *p = cv->base ? cv->base + cv->off : NULL;
     cv->off += (n + 15) / 16 * 16; /* 64-byte aligned slices */
     return p;
+}
+
+/* Adaptive Jacobi skips converged rows in its middle passes that carry no
+ * gradient (jacobi_iterate_skipping): tol > 0, not switched off, and some
+ * middle pass without gradient (D - 1 > G). Needs t->D and t->G set. */
+static int jacobi_skipping(const latent_trainer *t) {
+    return t->s.mode == LATENT_TRAIN_JACOBI && t->s.jacobi_tol > 0 && !t->s.jacobi_no_skip && t->D - 1 > t->G;
 }
 
 static int injected(const latent_trainer *t, int l) {
@@ -199,6 +215,10 @@ static void trainer_layout(latent_trainer *t, carver *cv) {
         t->M = take(cv, N * d), t->dX = take(cv, N * d), t->dR = take(cv, N * d), t->dR2 = take(cv, N * d);
         t->dM = take(cv, N * d);
         t->fscr = take(cv, N * (5 * d + 2));
+        if (jacobi_skipping(t)) {
+            size_t n_mid_blocks = le - ls + 1;
+            t->kmid = take(cv, n_mid_blocks * N * kvd), t->vmid = take(cv, n_mid_blocks * N * kvd);
+        }
     } else {
         t->main.b = next, next += L;
         chain_layout(t, cv, &t->main, 0, (int)L - 1, t->T, 0, 0, 0);
@@ -264,6 +284,11 @@ latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_sha
         t->R = calloc(t->n_R, sizeof *t->R);
         if (!t->mid || !t->R) goto oom;
         n_blks = le + 1 + t->n_mid * (le - ls + 1) + (L - ls);
+        if (jacobi_skipping(t)) {
+            t->sfx_pos = malloc(t->N * sizeof(int)), t->sfx_glob = malloc(t->N * sizeof(int));
+            t->sfx_flow = malloc(t->N);
+            if (!t->sfx_pos || !t->sfx_glob || !t->sfx_flow) goto oom;
+        }
     } else {
         t->S = s->lrt_subsets;
         t->sub = calloc(t->S, sizeof *t->sub);
@@ -349,7 +374,7 @@ void latent_trainer_free(latent_trainer *t) {
     }
     free(t->sub_pos), free(t->sub_qpos), free(t->sub_glob), free(t->sub_tok), free(t->sub_tgt), free(t->sub_mask);
     free(t->sub), free(t->hsub), free(t->sub_n);
-    free(t->mid), free(t->R);
+    free(t->mid), free(t->R), free(t->sfx_pos), free(t->sfx_glob), free(t->sfx_flow);
     free(t->blks), free(t->pos), free(t->qpos), free(t->tok), free(t->tgt), free(t->mask), free(t->flow_buf);
     free(t->slab);
     free(t);
@@ -557,6 +582,18 @@ static double plain_step(latent_trainer *t, latent_weights *g) {
     return loss;
 }
 
+/* ---- rows of a batch ---------------------------------------------------- */
+
+/* dst row i = src row idx[i] (rows of `width` floats) */
+static void gather(float *dst, const float *src, const int *idx, int n, int width) {
+    for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * width, src + (size_t)idx[i] * width, width * sizeof(float));
+}
+
+/* dst row idx[i] = src row i */
+static void scatter(float *dst, const float *src, const int *idx, int n, int width) {
+    for (int i = 0; i < n; i++) memcpy(dst + (size_t)idx[i] * width, src + (size_t)i * width, width * sizeof(float));
+}
+
 /* ---- T2MLR Jacobi (models.md §2) ---------------------------------------- */
 
 /* Where R^(j) lives: a ring holding the last max(G + 1, 2), which are the
@@ -587,6 +624,141 @@ static t2mlr_fuse_g fuse_grads(latent_weights *g) {
     return (t2mlr_fuse_g){p->w_rec, p->f_rec_w, p->f_rec_b, p->f_cur_w, p->f_cur_b, p->gamma_rec, p->gamma_cur};
 }
 
+/* Middle pass k over every row, its activations in ch: M = s(blocks(Phi(X,
+ * R^(k-1))) + R^(k-1)), R^(k) = shift_right(M). With tol > 0 returns
+ * whether it moved the state by less than tol (converged), else 0. */
+static int jacobi_full_pass(latent_trainer *t, chain *ch, const float *X, int k, t2mlr_fuse_w fw, double tol) {
+    const latent_t2mlr_config *tc = &t->c->t2mlr;
+    int ls = tc->l_start, le = tc->l_end, N = t->N, d = t->c->d;
+    const float *Rp = jacobi_R(t, k - 1);
+    latent_tr_t2mlr_fuse_forward(ch->in, &ch->fuse, X, Rp, fw, t->flow, N, d);
+    for (int l = ls; l <= le; l++) blk_forward(t, l, &ch->b[l - ls], ch);
+    latent_tr_t2mlr_update_forward(t->M, ch->f, ch->out, Rp, t->flow, tc->cache_residual, tc->cache_norm_clamp,
+                                   tc->cache_norm_eps, N, d);
+    int converged = tol > 0 && jacobi_delta(t->M, Rp, t->B, t->T, d) < tol;
+    latent_tr_shift_right_forward(jacobi_R(t, k), t->M, t->B, t->T, d);
+    return converged;
+}
+
+/* The first position, over the batch, whose state moved by tol or more from
+ * R^(k-1) to R^(k) (max over the row of |R^(k) - R^(k-1)|); T when none did,
+ * i.e. exactly when jacobi_delta says the iteration converged (same values,
+ * same comparison). */
+static int jacobi_frontier(const float *Rk, const float *Rp, int B, int T, int d, double tol) {
+    int front = T;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < front; t++) {
+            const float *r = Rk + ((size_t)b * T + t) * d, *p = Rp + ((size_t)b * T + t) * d;
+            float mx = 0;
+            for (int i = 0; i < d; i++) {
+                float x = fabsf(r[i] - p[i]);
+                mx = x > mx ? x : mx;
+            }
+            if (mx >= tol) {
+                front = t;
+                break;
+            }
+        }
+    return front;
+}
+
+/* mid[0]'s buffers as a chain over positions front..T-1 of each sequence
+ * (its first B * (T - front) rows); fills the rows' positions and batch rows. */
+static chain jacobi_suffix_chain(latent_trainer *t, int front) {
+    chain sc = t->mid[0];
+    int nq = t->T - front;
+    sc.nq = nq, sc.n = t->B * nq;
+    sc.qpos = t->qpos + front;
+    sc.pos = t->sfx_pos;
+    for (int b = 0; b < t->B; b++)
+        for (int j = 0; j < nq; j++) {
+            t->sfx_pos[b * nq + j] = front + j;
+            t->sfx_glob[b * nq + j] = b * t->T + front + j;
+        }
+    return sc;
+}
+
+/* The suffix rows' control flow (NULL: all 2). */
+static const uint8_t *jacobi_suffix_flow(latent_trainer *t, int n) {
+    if (!t->flow) return NULL;
+    for (int i = 0; i < n; i++) t->sfx_flow[i] = t->flow[t->sfx_glob[i]];
+    return t->sfx_flow;
+}
+
+/* Middle pass k without gradient, over positions front..T-1 only. Input row
+ * t of the pass is Phi(X, R^(k-1))[t] and attention reads rows <= t, so rows
+ * before the frontier (whose R moved by less than tol in the last iteration)
+ * keep M from the previous pass, and so do their k, v in kmid/vmid: the
+ * suffix's queries attend to those and to the suffix's new k, v. */
+static void jacobi_suffix_pass(latent_trainer *t, const float *X, int k, int front, t2mlr_fuse_w fw) {
+    const latent_config *c = t->c;
+    const latent_t2mlr_config *tc = &c->t2mlr;
+    int ls = tc->l_start, le = tc->l_end, d = c->d, kvd = latent_config_kv_dim(c);
+    chain sc = jacobi_suffix_chain(t, front);
+    int n = sc.n;
+    /* the backward's scratch, free during the forward: the suffix's X, R^(k-1), M */
+    float *xs = t->dX, *rs = t->dR, *ms = t->dR2;
+    gather(xs, X, t->sfx_glob, n, d);
+    gather(rs, jacobi_R(t, k - 1), t->sfx_glob, n, d);
+    const uint8_t *flow = jacobi_suffix_flow(t, n);
+    latent_tr_t2mlr_fuse_forward(sc.in, &sc.fuse, xs, rs, fw, flow, n, d);
+    for (int l = ls; l <= le; l++) {
+        blk *A = &sc.b[l - ls];
+        float *K = t->kmid + (size_t)(l - ls) * t->N * kvd, *V = t->vmid + (size_t)(l - ls) * t->N * kvd;
+        blk_fwd_qkv(t, l, A, &sc);
+        scatter(K, A->k, t->sfx_glob, n, kvd);
+        scatter(V, A->v, t->sfx_glob, n, kvd);
+        latent_tr_attention_forward(A->o, A->p, A->q, K, V, sc.qpos, t->B, sc.nq, t->T, c->n_heads, c->n_kv_heads,
+                                    c->head_dim);
+        blk_fwd_out(t, l, A, &sc);
+    }
+    latent_tr_t2mlr_update_forward(ms, sc.f, sc.out, rs, flow, tc->cache_residual, tc->cache_norm_clamp,
+                                   tc->cache_norm_eps, n, d);
+    scatter(t->M, ms, t->sfx_glob, n, d);
+    latent_tr_shift_right_forward(jacobi_R(t, k), t->M, t->B, t->T, d);
+}
+
+/* Fixed D, or adaptive without skipping: up to D-1 full passes, iteration
+ * k's activations in mid[k % G] (a ring: the last G run keep theirs, for the
+ * backward); adaptive stops after the first iteration that moves the state
+ * by less than tol. Returns D, the iterations run (pass 1 included). */
+static int jacobi_iterate(latent_trainer *t, const float *X, t2mlr_fuse_w fw) {
+    int G = t->G;
+    t->stats.jacobi_rows = 1;
+    for (int k = 1; k < t->D; k++)
+        if (jacobi_full_pass(t, &t->mid[G > 0 ? k % G : 0], X, k, fw, t->s.jacobi_tol)) return k + 1;
+    return t->D;
+}
+
+/* Adaptive with skipping, in two phases:
+ *  1. passes without gradient, each over the positions from the frontier on
+ *     (the first position whose state moved by tol or more in the previous
+ *     iteration; 0 for the first pass), until one moves no position by tol
+ *     (converged) or D-1-G of them ran. Rows before the frontier keep their
+ *     M, so R^(k) equals R^(k-1) up to it and the frontier advances by at
+ *     least one position a pass: at most T of them run.
+ *  2. the G passes that carry gradient, always full passes and never cut
+ *     short (stopping among them would leave fewer than G).
+ * The gradient thus flows through the last G iterations actually run, as
+ * without skipping, but converging costs G more passes than there (which
+ * stops at the converged iteration and differentiates the G before it).
+ * Returns D, the iterations run (pass 1 included); sets stats.jacobi_rows. */
+static int jacobi_iterate_skipping(latent_trainer *t, const float *X, t2mlr_fuse_w fw) {
+    int G = t->G, T = t->T, no_grad_cap = t->D - 1 - G, front = 0, k = 1;
+    long long rows = 0; /* per sequence */
+    for (; k <= no_grad_cap && front < T; k++) {
+        jacobi_suffix_pass(t, X, k, front, fw);
+        rows += T - front;
+        front = jacobi_frontier(jacobi_R(t, k), jacobi_R(t, k - 1), t->B, T, t->c->d, t->s.jacobi_tol);
+    }
+    for (int j = 0; j < G; j++, k++) {
+        jacobi_full_pass(t, &t->mid[k % G], X, k, fw, 0);
+        rows += T;
+    }
+    t->stats.jacobi_rows = (double)rows / ((double)(k - 1) * T);
+    return k;
+}
+
 static double jacobi_step(latent_trainer *t, latent_weights *g) {
     const latent_config *c = t->c;
     const latent_t2mlr_config *tc = &c->t2mlr;
@@ -602,25 +774,9 @@ static double jacobi_step(latent_trainer *t, latent_weights *g) {
     const float *X = A->b[ls].x;
     latent_tr_shift_right_forward(jacobi_R(t, 0), A->out, t->B, t->T, d);
 
-    /* 2. up to D-1 middle passes on X, iteration k's activations in
-     * mid[k % G] (a ring: the last G run keep theirs, for the backward).
-     * Adaptive (jacobi_tol > 0): stop once an iteration moves the state by
-     * less than the tolerance; D and G are then the iterations run. */
-    double tol = t->s.jacobi_tol;
-    for (int k = 1; k < D; k++) {
-        chain *ch = &t->mid[G > 0 ? k % G : 0];
-        const float *Rp = jacobi_R(t, k - 1);
-        latent_tr_t2mlr_fuse_forward(ch->in, &ch->fuse, X, Rp, fw, t->flow, N, d);
-        for (int l = ls; l <= le; l++) blk_forward(t, l, &ch->b[l - ls], ch);
-        latent_tr_t2mlr_update_forward(t->M, ch->f, ch->out, Rp, t->flow, tc->cache_residual, tc->cache_norm_clamp,
-                                tc->cache_norm_eps, N, d);
-        int converged = tol > 0 && jacobi_delta(t->M, Rp, t->B, t->T, d) < tol;
-        latent_tr_shift_right_forward(jacobi_R(t, k), t->M, t->B, t->T, d);
-        if (converged) {
-            D = k + 1;
-            break;
-        }
-    }
+    /* 2. up to D-1 middle passes on X; adaptive (jacobi_tol > 0) stops
+     * early, D and G are then the iterations run and the last G of them. */
+    D = jacobi_skipping(t) ? jacobi_iterate_skipping(t, X, fw) : jacobi_iterate(t, X, fw);
     if (G > D - 1) G = D - 1;
     t->stats.jacobi_iters = D;
 
@@ -720,14 +876,6 @@ static void lrt_route(latent_trainer *t, int l, int s) {
     rows_job jv = {t->dvview, t->dVr + off, t->dV0 + off, NULL, (int)kvd, t->S, s, t->T};
     latent_tr_par_rows(route_rows, &jk, t->N);
     latent_tr_par_rows(route_rows, &jv, t->N);
-}
-
-static void gather(float *dst, const float *src, const int *idx, int n, int width) {
-    for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * width, src + (size_t)idx[i] * width, width * sizeof(float));
-}
-
-static void scatter(float *dst, const float *src, const int *idx, int n, int width) {
-    for (int i = 0; i < n; i++) memcpy(dst + (size_t)idx[i] * width, src + (size_t)i * width, width * sizeof(float));
 }
 
 /* h^(source_layer) of a pass: a block's output or the final norm's. */
@@ -858,8 +1006,9 @@ static void gate_stats(latent_trainer *t) {
     const latent_weights *w = &t->m->w;
     latent_gate_stats *st = &t->stats;
     int iters = st->jacobi_iters; /* set by jacobi_step */
+    double rows = st->jacobi_rows;
     memset(st, 0, sizeof *st);
-    st->jacobi_iters = iters;
+    st->jacobi_iters = iters, st->jacobi_rows = rows;
     if (t->s.mode == LATENT_TRAIN_JACOBI) {
         st->tanh_gamma_rec = tanh(w->t2mlr.gamma_rec[0]);
         st->tanh_gamma_cur = tanh(w->t2mlr.gamma_cur[0]);

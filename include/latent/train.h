@@ -29,6 +29,10 @@ typedef struct latent_train_shape {
     int jacobi_grad_iters;    /* B of §2: gradients through the last B iterations run (>= 0; > D acts as D) */
     double jacobi_tol;        /* > 0: adaptive Jacobi, the middle passes stop once the largest change of the
                                  recurrent state between two iterations is below it (D is then a cap); 0: D */
+    int jacobi_no_skip;       /* adaptive only. 0 (default): the middle passes without gradient compute only the
+                                 positions from the first one whose state still moved by tol or more (frontier
+                                 skipping), then the last K run as full passes; 1: every pass is a full pass and
+                                 the step is the fixed-D step with D the iterations run (docs/training.md) */
     int lrt_subsets;          /* S, 1 <= S <= T */
     int bf16;                 /* linear layers' products but the LM head's (forward and both backward ones)
                                  with bf16 operands and F32 sums; weights, gradients, optimizer, norms,
@@ -85,6 +89,8 @@ typedef struct latent_gate_stats {
     double alpha, gamma;                     /* LRT: mean alpha_i, gamma_i over injected blocks */
     double gate_loc, gate_fb;                /* LRT: mean KV gates of the subset passes */
     int jacobi_iters;                        /* Jacobi: the iterations D the last step ran (adaptive: <= cap) */
+    double jacobi_rows;                      /* Jacobi: rows the middle passes computed over (passes * B*T);
+                                                below 1 when adaptive skipping left converged rows out */
 } latent_gate_stats;
 void latent_trainer_gate_stats(const latent_trainer *t, latent_gate_stats *out);
 

@@ -184,9 +184,11 @@ else fail "SIGINT: exit $rc, latest $(readlink "$o/latest"), $steps steps logged
 o=$tmp/adapt
 if "$latent" train --model "$tmp/t2" --out "$o" --data "$tmp/train.bin" --steps 4 "${base[@]}" --jacobi-iters 12 \
         --jacobi-tol 1e-4 >"$tmp/adapt.log" 2>&1 &&
-   "$PY" -c "import json,sys; it=[json.loads(l)['jacobi_iters'] for l in open(sys.argv[1])]
-assert len(it) == 4 and all(1 <= i < 12 for i in it), it; print(it)" "$o/train.jsonl" >"$tmp/adapt.out" 2>&1; then
-    ok "--jacobi-tol: iterations per step $(cat "$tmp/adapt.out") of a cap of 12, in train.jsonl"
+   "$PY" -c "import json,sys; rs=[json.loads(l) for l in open(sys.argv[1])]; it=[r['jacobi_iters'] for r in rs]
+rows=[r['jacobi_rows'] for r in rs]
+assert len(it) == 4 and all(1 <= i < 12 for i in it), it
+assert all(0 < f < 1 for f in rows), rows; print(it, 'rows', rows)" "$o/train.jsonl" >"$tmp/adapt.out" 2>&1; then
+    ok "--jacobi-tol: iterations per step and fraction of rows computed $(cat "$tmp/adapt.out") of a cap of 12, in train.jsonl"
 else fail "--jacobi-tol" "$(tail -3 "$tmp/adapt.log" "$tmp/adapt.out" 2>/dev/null)"; fi
 
 # --- precision: bf16 products, the checkpoint's dtype, auto from a BF16 model ----------

@@ -7,9 +7,13 @@
  *  - every mode's gradient matches a finite difference of its own loss along
  *    a random direction (float forward, so a loose tolerance);
  *  - two runs of a step give bit-identical gradients (determinism);
- *  - adaptive Jacobi (jacobi_tol): the same bits as fixed D with D the
- *    iterations it ran, gradients included; converged, the sequential
- *    recurrence's logits;
+ *  - adaptive Jacobi (jacobi_tol) without skipping: the same bits as fixed
+ *    D with D the iterations it ran, gradients included; converged, the
+ *    sequential recurrence's logits;
+ *  - adaptive Jacobi with frontier skipping (the default): computes fewer
+ *    rows; converged, the sequential recurrence's logits and loss and the
+ *    gradients of fixed D with D the iterations it ran; close to adaptive
+ *    without skipping;
  *  - data parallel: the sequences of a batch run as shares (one trainer
  *    each, given the whole batch's scored counts) give losses and gradients
  *    that add up to the whole batch's, with unevenly masked shares. */
@@ -261,10 +265,10 @@ static void test_shares(const char *name, const latent_model *m, latent_train_mo
     latent_trainer_free(one);
 }
 
-/* Adaptive Jacobi: with a tolerance the middle passes stop early; the step
- * must equal, bit for bit (loss, logits, gradients through the last K
- * iterations run), the fixed-D step with D the iterations it ran; and once
- * converged its logits must be the sequential recurrence's. */
+/* Adaptive Jacobi without skipping: with a tolerance the middle passes stop
+ * early; the step must equal, bit for bit (loss, logits, gradients through
+ * the last K iterations run), the fixed-D step with D the iterations it ran;
+ * and once converged its logits must be the sequential recurrence's. */
 static void test_jacobi_adaptive(const char *name, const latent_model *m, double tol, int cap, int K) {
     int V = m->cfg.vocab;
     int32_t tok[B * (T + 1)];
@@ -273,7 +277,7 @@ static void test_jacobi_adaptive(const char *name, const latent_model *m, double
     mk_batch(&tb, tok, NULL, 0);
     latent_err err;
     latent_train_shape sh = {.mode = LATENT_TRAIN_JACOBI, .batch = B, .seq = T, .jacobi_iters = cap,
-                             .jacobi_grad_iters = K, .jacobi_tol = tol};
+                             .jacobi_grad_iters = K, .jacobi_tol = tol, .jacobi_no_skip = 1};
     latent_trainer *ta = latent_trainer_new(m, &sh, &err);
     latent_weights ga, gf;
     latent_weights_alloc(&ga, &m->cfg, &err);
@@ -305,6 +309,97 @@ static void test_jacobi_adaptive(const char *name, const latent_model *m, double
     latent_weights_free(&gf);
     latent_trainer_free(ta);
     latent_trainer_free(tf);
+}
+
+/* One Jacobi step of the given shape on the batch: loss, gradients (into g,
+ * zeroed here), logits (a second, forward-only step) and stats. */
+typedef struct { double loss; float *logits; latent_weights g; latent_gate_stats st; } jstep;
+static void run_jacobi(jstep *r, const latent_model *m, const tbatch *tb, int D, int K, double tol, int no_skip) {
+    latent_err err;
+    latent_train_shape sh = {.mode = LATENT_TRAIN_JACOBI, .batch = B, .seq = T, .jacobi_iters = D,
+                             .jacobi_grad_iters = K, .jacobi_tol = tol, .jacobi_no_skip = no_skip};
+    latent_trainer *t = latent_trainer_new(m, &sh, &err);
+    CHECK(t != NULL, "trainer: %s", err.msg);
+    CHECK(latent_weights_alloc(&r->g, &m->cfg, &err) == 0, "grads: %s", err.msg);
+    r->logits = malloc((size_t)B * T * m->cfg.vocab * sizeof(float));
+    double l2;
+    CHECK(latent_trainer_step(t, &tb->b, &r->g, &r->loss, &err) == 0, "step: %s", err.msg);
+    latent_trainer_gate_stats(t, &r->st);
+    CHECK(latent_trainer_step(t, &tb->b, NULL, &l2, &err) == 0, "step: %s", err.msg);
+    latent_trainer_logits(t, r->logits);
+    latent_trainer_free(t);
+}
+
+static void jstep_free(jstep *r) {
+    free(r->logits);
+    latent_weights_free(&r->g);
+}
+
+/* max |a - b| over every gradient, relative to max |b| */
+static double grad_rel_diff(const latent_weights *a, const latent_weights *b) {
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < b->slab_floats; i++) {
+        double d = fabs((double)a->slab[i] - b->slab[i]);
+        worst = d > worst ? d : worst;
+        scale = fabs(b->slab[i]) > scale ? fabs(b->slab[i]) : scale;
+    }
+    return scale > 0 ? worst / scale : worst;
+}
+
+/* Adaptive Jacobi with frontier skipping (the default): the passes without
+ * gradient compute only the rows from the first position whose state still
+ * moved, then the last K run as full passes. Must
+ *  - compute fewer rows than the full passes would (stats.jacobi_rows < 1);
+ *  - when `converges` (a tolerance small enough for the state to settle
+ *    before the cap): give the sequential recurrence's logits (rel err 1e-4)
+ *    and loss (1e-5), as test_exact, and the loss and gradients of fixed D
+ *    with D the iterations it ran (whose forward is then exact too): rel
+ *    err <= 1e-4 (max norm over every gradient); float rounding only, as the
+ *    converged rows are the same values computed over fewer rows;
+ *  - agree with adaptive without skipping (which stops at the converged
+ *    iteration): loss within skip_bound * |loss|, gradients within
+ *    skip_bound (max-norm rel err). A frozen row moved by less than tol, so
+ *    with a tolerance the bound grows with it. */
+static void test_jacobi_skipping(const char *name, const latent_model *m, double tol, int cap, int K, int n_prompt,
+                                 int converges, double skip_bound) {
+    int V = m->cfg.vocab;
+    int32_t tok[B * (T + 1)];
+    batch_tokens(tok, V, 4);
+    tok[T + 1 + 2] = (tok[T + 1 + 2] + 5) % V; /* the two sequences differ */
+    tbatch tb;
+    mk_batch(&tb, tok, NULL, n_prompt);
+    size_t sz = (size_t)B * T * V;
+    jstep sk, ns, fx;
+    run_jacobi(&sk, m, &tb, cap, K, tol, 0);
+    run_jacobi(&ns, m, &tb, cap, K, tol, 1);
+    int used = sk.st.jacobi_iters;
+    run_jacobi(&fx, m, &tb, used, K, 0, 0);
+    float *ref = malloc(sz * sizeof(float));
+    engine_logits_p(m, tok, n_prompt, ref);
+    double e_seq = tu_rel_err(sk.logits, ref, sz), l_seq = ce_of(ref, tok, V);
+    double g_fixed = grad_rel_diff(&sk.g, &fx.g), g_noskip = grad_rel_diff(&sk.g, &ns.g);
+    fprintf(stderr,
+            "%s: tol %g ran %d of %d iterations computing %.3f of the rows (no skipping: %d, rows %.3f); "
+            "logits vs sequential rel err %.2g, loss %.7f vs sequential %.7f; vs fixed D=%d loss %.7f, grads rel "
+            "err %.2g; vs no skipping loss %.7f, grads rel err %.2g\n",
+            name, tol, used, cap, sk.st.jacobi_rows, ns.st.jacobi_iters, ns.st.jacobi_rows, e_seq, sk.loss, l_seq, used,
+            fx.loss, g_fixed, ns.loss, g_noskip);
+    CHECK(sk.st.jacobi_rows < 1 && sk.st.jacobi_rows > 0, "%s: skipping computed %g of the rows", name, sk.st.jacobi_rows);
+    CHECK(ns.st.jacobi_rows == 1 && fx.st.jacobi_rows == 1, "%s: full passes report %g, %g of the rows", name,
+          ns.st.jacobi_rows, fx.st.jacobi_rows);
+    CHECK(used <= cap, "%s: ran %d iterations past the cap %d", name, used, cap);
+    if (converges) {
+        CHECK(used < cap, "%s: expected to converge before the cap %d (ran %d)", name, cap, used);
+        CHECK(e_seq < 1e-4, "%s: converged logits vs sequential rel err %g", name, e_seq);
+        CHECK(fabs(sk.loss - l_seq) < 1e-5, "%s: loss %.7f vs sequential %.7f", name, sk.loss, l_seq);
+        CHECK(fabs(sk.loss - fx.loss) < 1e-5 && g_fixed <= 1e-4, "%s: vs fixed D=%d loss %.7f vs %.7f, grads rel err %g",
+              name, used, sk.loss, fx.loss, g_fixed);
+    }
+    CHECK(fabs(sk.loss - ns.loss) <= skip_bound * fabs(ns.loss) && g_noskip <= skip_bound,
+          "%s: vs no skipping loss %.7f vs %.7f, grads rel err %g (bound %g)", name, sk.loss, ns.loss, g_noskip,
+          skip_bound);
+    free(ref);
+    jstep_free(&sk), jstep_free(&ns), jstep_free(&fx);
 }
 
 int main(void) {
@@ -355,6 +450,11 @@ int main(void) {
     test_jacobi_adaptive("jacobi adaptive (exact convergence)", &t2, 1e-30, 4 * T, 2);
     test_jacobi_adaptive("jacobi adaptive (contractive, tol 1e-6)", &t2c, 1e-6, 4 * T, 3);
     test_jacobi_adaptive("jacobi adaptive (contractive, tol 5e-2: before T)", &t2c, 5e-2, 4 * T, 2);
+    test_jacobi_skipping("jacobi skipping (exact convergence)", &t2, 1e-30, 4 * T, 2, 0, 1, 1e-4);
+    test_jacobi_skipping("jacobi skipping (exact convergence, K=0)", &t2, 1e-30, 4 * T, 0, 0, 1, 1e-4);
+    test_jacobi_skipping("jacobi skipping (prompt not recurrent)", &t2p, 1e-30, 4 * T, 3, 3, 1, 1e-4);
+    test_jacobi_skipping("jacobi skipping (contractive, tol 1e-6)", &t2c, 1e-6, 4 * T, 3, 0, 1, 1e-4);
+    test_jacobi_skipping("jacobi skipping (contractive, tol 5e-2)", &t2c, 5e-2, 4 * T, 2, 0, 0, 1e-2);
     test_shares("plain shares", &plain, LATENT_TRAIN_PLAIN, 1, 1, 1);
     test_shares("jacobi D=4 B=2 shares", &t2, LATENT_TRAIN_JACOBI, 4, 2, 1);
     test_shares("lrt S=3 shares", &lrt, LATENT_TRAIN_LRT, 1, 1, 3);
