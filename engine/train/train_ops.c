@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/simd_exp.h"
 #include "latent/threads.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -508,10 +509,11 @@ typedef struct {
     const float *g, *u, *dout, *src;
 } ew_job;
 
+/* The inference engine's SwiGLU (vectorised where the CPU allows): the
+ * trainer's forward is the engine's. */
 static void swiglu_fwd_rows(void *ctx, int r0, int r1) {
     const ew_job *j = ctx;
-#pragma omp simd
-    for (int i = r0; i < r1; i++) j->out[i] = j->g[i] / (1.0f + fexp(-j->g[i])) * j->u[i];
+    latent_swiglu_forward(j->out + r0, j->g + r0, j->u + r0, (size_t)(r1 - r0));
 }
 
 /* Elementwise ops: tr_par_rows over the flat range of floats. */
@@ -525,14 +527,37 @@ void latent_tr_swiglu_forward(float *out, const float *g, const float *u, size_t
     par_elems(swiglu_fwd_rows, &j, n);
 }
 
+#ifdef LATENT_HAVE_AVX512_CODE
+/* swiglu_bwd_rows' arithmetic 16 at a time, s(g) from the engine's e^x;
+ * returns how many elements it did. */
+AVX512_FN static int swiglu_bwd_avx512(float *dg, float *du, const float *dout, const float *g, const float *u, int n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 gv = _mm512_loadu_ps(g + i), dv = _mm512_loadu_ps(dout + i), uv = _mm512_loadu_ps(u + i);
+        __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, exp512_ps(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
+        __m512 dgs = _mm512_mul_ps(_mm512_mul_ps(dv, uv), s); /* dout u s */
+        __m512 slope = _mm512_fmadd_ps(gv, _mm512_sub_ps(one, s), one); /* 1 + g (1 - s) */
+        _mm512_storeu_ps(dg + i, _mm512_fmadd_ps(dgs, slope, _mm512_loadu_ps(dg + i)));
+        _mm512_storeu_ps(du + i, _mm512_fmadd_ps(_mm512_mul_ps(dv, gv), s, _mm512_loadu_ps(du + i)));
+    }
+    return i;
+}
+#endif
+
 static void swiglu_bwd_rows(void *ctx, int r0, int r1) {
     const ew_job *j = ctx;
+    int i = r0;
+#ifdef LATENT_HAVE_AVX512_CODE
+    if (latent_isa_active() >= LATENT_ISA_AVX512)
+        i += swiglu_bwd_avx512(j->dg + r0, j->du + r0, j->dout + r0, j->g + r0, j->u + r0, r1 - r0);
+#endif
 #pragma omp simd
-    for (int i = r0; i < r1; i++) {
-        float g = j->g[i], s = 1.0f / (1.0f + fexp(-g)), dout = j->dout[i];
+    for (int k = i; k < r1; k++) {
+        float g = j->g[k], s = 1.0f / (1.0f + fexp(-g)), dout = j->dout[k];
         /* out = g s(g) u: d/dg = u s (1 + g (1 - s)), d/du = g s */
-        j->dg[i] += dout * j->u[i] * s * (1.0f + g * (1.0f - s));
-        j->du[i] += dout * g * s;
+        j->dg[k] += dout * j->u[k] * s * (1.0f + g * (1.0f - s));
+        j->du[k] += dout * g * s;
     }
 }
 
@@ -573,6 +598,44 @@ typedef struct {
     int V;
 } ce_job;
 
+static float row_max(const float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+#ifdef LATENT_HAVE_AVX512_CODE
+AVX512_FN static float row_max_avx512(const float *x, int n) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
+    float mx = _mm512_reduce_max_ps(m);
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+#endif
+
+/* The largest logit of a row and x[i] = e^(x[i] - max); returns the sum. */
+static float exp_row(float *x, int n, float *max_out) {
+    float mx;
+#ifdef LATENT_HAVE_AVX512_CODE
+    if (latent_isa_active() >= LATENT_ISA_AVX512) {
+        mx = row_max_avx512(x, n);
+        *max_out = mx;
+        return exp_shift_sum_avx512(x, n, mx);
+    }
+#endif
+    mx = row_max(x, n);
+    *max_out = mx;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < n; i++) {
+        x[i] = fexp(x[i] - mx);
+        sum += x[i];
+    }
+    return sum;
+}
+
 static void ce_fwd_rows(void *ctx, int r0, int r1) {
     const ce_job *j = ctx;
     for (int r = r0; r < r1; r++) {
@@ -581,9 +644,7 @@ static void ce_fwd_rows(void *ctx, int r0, int r1) {
             continue;
         }
         const float *x = j->logits + (size_t)r * j->V;
-        float mx = -INFINITY;
-        for (int i = 0; i < j->V; i++) mx = x[i] > mx ? x[i] : mx;
-        float sum = 0;
+        float mx = row_max(x, j->V), sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int i = 0; i < j->V; i++) sum += fexp(x[i] - mx);
         j->loss[r] = (float)(log((double)sum) + mx - x[j->targets[r]]);
@@ -605,14 +666,7 @@ static void ce_bwd_rows(void *ctx, int r0, int r1) {
             if (j->loss) j->loss[r] = 0.0f;
             continue;
         }
-        float mx = -INFINITY;
-        for (int i = 0; i < j->V; i++) mx = x[i] > mx ? x[i] : mx;
-        float xt = x[j->targets[r]], sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int i = 0; i < j->V; i++) {
-            x[i] = fexp(x[i] - mx);
-            sum += x[i];
-        }
+        float xt = x[j->targets[r]], mx, sum = exp_row(x, j->V, &mx);
         /* loss = logsumexp(x) - x[target]: d/dx = softmax(x) - onehot(target) */
         if (j->loss) j->loss[r] = (float)(log((double)sum) + mx - xt);
         float c = j->scale / sum;
