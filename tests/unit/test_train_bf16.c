@@ -14,7 +14,11 @@
  *    (Jacobi) and 5.1% (LRT) here. The bound, 1e-1, is twice the worst; the
  *    loss, which sees the forward only, within 1e-2; the weights after one
  *    SGD step within lr x the gradient bound. bf16 must really be used (the
- *    gradients differ) and the F32 step must be unchanged after a bf16 one. */
+ *    gradients differ) and the F32 step must be unchanged after a bf16 one.
+ * 3. The weights' panels packed once per step: inside latent_tr_step_begin/
+ *    _end a weight is packed at its first use and reused (a change to it
+ *    inside the step is not seen, which the trainer never does); after the
+ *    step, and outside any step, a changed weight is packed again. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,8 +113,38 @@ static void test_products(void) {
     latent_tr_set_bf16(0);
 }
 
+static void test_weight_panels(void) {
+    enum { N = 40, IN = 24, OUT = 33 };
+    float x[N * IN], w[OUT * IN], y0[N * OUT], y1[N * OUT], y2[N * OUT];
+    tm_rng = 9;
+    for (int i = 0; i < N * IN; i++) x[i] = tm_normal();
+    for (int i = 0; i < OUT * IN; i++) w[i] = tm_normal();
+    latent_tr_set_bf16(1);
+    latent_tr_linear_forward(y0, x, w, NULL, N, IN, OUT); /* outside a step */
+    for (int i = 0; i < OUT * IN; i++) w[i] *= 2.0f;       /* exact in bf16: y doubles */
+    latent_tr_linear_forward(y1, x, w, NULL, N, IN, OUT);
+    int doubled = 1;
+    for (int i = 0; i < N * OUT; i++) doubled &= y1[i] == 2.0f * y0[i];
+    CHECK(doubled, "outside a step, a changed weight is packed again");
+
+    latent_tr_step_begin();
+    latent_tr_linear_forward(y1, x, w, NULL, N, IN, OUT);
+    for (int i = 0; i < OUT * IN; i++) w[i] *= 2.0f;
+    latent_tr_linear_forward(y2, x, w, NULL, N, IN, OUT);
+    CHECK(memcmp(y1, y2, sizeof y1) == 0, "inside a step the weight's panels are packed once (reused)");
+    latent_tr_step_end();
+    latent_tr_step_begin();
+    latent_tr_linear_forward(y2, x, w, NULL, N, IN, OUT);
+    latent_tr_step_end();
+    doubled = 1;
+    for (int i = 0; i < N * OUT; i++) doubled &= y2[i] == 2.0f * y1[i];
+    CHECK(doubled, "the next step packs the changed weight again");
+    latent_tr_set_bf16(0);
+}
+
 int main(void) {
     test_products();
+    test_weight_panels();
     latent_set_threads(2);
     latent_config base = tm_config(64, 3, 4, 2, 96, 50);
     latent_model plain, t2, lrt;
