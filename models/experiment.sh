@@ -24,7 +24,10 @@
 #                   build/experiment-quick/report, docs/ untouched)
 #        STEPS, VAR_STEPS (group tasks / var-assign steps), TASKS (names below),
 #        MODELS, JOBS (runs at once, default 2, each --threads 1),
-#        WORK (build/experiment), LATENT (build/latent), PYTHON
+#        WORK (build/experiment), SEED (1: the seed of the data, the inits and
+#        the training order; another seed is a replicate, whose report goes to
+#        WORK/report, and WORK defaults to build/experiment-seedN), LATENT
+#        (build/latent), PYTHON
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -32,15 +35,21 @@ PY=${PYTHON:-/usr/bin/python3}
 latent=${LATENT:-build/latent}
 quick=${QUICK:-0}
 [ "$quick" = 0 ] || quick=1
+seed=${SEED:-1}
+case $seed in '' | *[!0-9]*) echo "experiment: SEED must be a number" >&2; exit 2 ;; esac
 if [ "$quick" = 1 ]; then
     steps=${STEPS:-120}; var_steps=${VAR_STEPS:-60}; work=${WORK:-build/experiment-quick}; n_train=4000
+elif [ "$seed" != 1 ]; then
+    steps=${STEPS:-3000}; var_steps=${VAR_STEPS:-1000}; work=${WORK:-build/experiment-seed$seed}; n_train=60000
 else
     steps=${STEPS:-3000}; var_steps=${VAR_STEPS:-1000}; work=${WORK:-build/experiment}; n_train=60000
 fi
+# Only the canonical run (seed 1, not QUICK) writes docs/ and models/s3.
+canonical=0
+[ "$quick" = 0 ] && [ "$seed" = 1 ] && canonical=1
 tasks=${TASKS:-"parity s3 s5 var"}
 models=${MODELS:-"plain t2mlr t2mlr-adaptive lrt"}
 jobs=${JOBS:-2}
-seed=1
 train_len=16      # group tasks: elements per training record
 test_len=32       # ... and per test record (2x)
 var_depth_lo=1 var_depth_hi=5
@@ -171,11 +180,11 @@ json.dump({"cpu": cpu, "threads": 1, "jobs": int(jobs), "precision": prec, "seed
            "tasks": out, "models": models.split()}, open(path, "w"), indent=1)
 EOF
 report=docs
-[ "$quick" = 1 ] && report="$work/report"
+[ "$canonical" = 1 ] || report="$work/report"
 "$PY" models/tools/experiment_report.py "$work/results" "$report"
 log "wrote the tables ($report/experiments.md between its markers, else $report/experiment-results.md) and $report/experiment-*.svg"
 
-if [ "$quick" = 0 ] && [ -d "$work/s3/t2mlr.run/latest" ]; then
+if [ "$canonical" = 1 ] && [ -d "$work/s3/t2mlr.run/latest" ]; then
     rm -rf models/s3.tmp && mkdir -p models/s3.tmp
     cp "$work/s3/t2mlr.run/latest/"{config.json,model.safetensors,tokenizer.json,tokenizer_config.json} models/s3.tmp/
     "$PY" - "$work/results/s3.t2mlr.eval.json" "$work/results/s3.t2mlr.train.json" "$cpu" >models/s3.tmp/README.md <<'EOF'

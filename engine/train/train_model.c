@@ -12,7 +12,7 @@
  *           Adaptive with skipping, the passes without gradient run on the
  *           rows of a suffix of each sequence only, in mid[0]'s buffers,
  *           attending to a buffer of every middle block's k, v (the newest
- *           pass's over each row: see jacobi_suffix_pass).
+ *           pass's over each row: see jacobi_suffix_pass in train_jacobi.c).
  *   LRT:    main = the full pass with m = 0, head; sub[s] = subset s's pass
  *           over its own rows (position t = s + j*S of each sequence), head,
  *           attending to a buffer of every block's k, v (rebuilt as a view of
@@ -26,93 +26,8 @@
 #include <sys/mman.h>
 
 #include "train/train_ops.h"
+#include "train/trainer_internal.h"
 
-typedef struct blk {          /* one block's saved activations over n rows */
-    float *x;                 /* (n, d) input (before LRT residual injection) */
-    float *xi;                /* (n, d) after residual injection; == x without */
-    float *rs1, *a;           /* (n), (n, d) attention RMSNorm: 1/rms and output */
-    float *q;                 /* (n, q_dim) after RoPE */
-    float *k, *v;             /* (n, kv_dim) after KV injection; k after RoPE */
-    float *kl, *vl;           /* (n, kv_dim) local k, v before KV injection (NULL without) */
-    float *mk, *mv;           /* (n, kv_dim) memory projections (NULL without memory) */
-    float *gate;              /* (n, 2 n_kv) KV injection gates, 2 sigmoid(a G^T) */
-    float *p;                 /* (B, n_heads, nq, T) attention probabilities */
-    float *o;                 /* (n, q_dim) attention output, before Wo */
-    float *x2;                /* (n, d) after the attention residual */
-    float *rs2, *mn;          /* (n), (n, d) MLP RMSNorm */
-    float *hg, *hu;           /* (n, ffn) gate and up projections */
-    float *hs;                /* (n, ffn) silu(hg) * hu, the down projection's input */
-    float *out;               /* (n, d) output == the next block's x */
-    int inject;               /* LRT injection runs in this block */
-} blk;
-
-typedef struct chain {        /* blocks l0..l1 over n = B * nq rows */
-    int l0, l1, n, nq;
-    const int *pos;           /* (n) position of each row in its sequence */
-    const int *qpos;          /* (nq) positions of one sequence's rows, ascending */
-    blk *b;                   /* b[i] is block l0 + i */
-    float *in, *out;          /* (n, d) b[0].x and the last block's out */
-    float *mem;               /* (n, d) LRT memory of each row, NULL: none (m = 0) */
-    t2mlr_fuse_acts fuse;     /* T2MLR: the fusion at the input (fused chains) */
-    float *f;                 /* (n) T2MLR cache update factors (middle chains) */
-} chain;
-
-typedef struct head {
-    float *rs, *fn;           /* (n), (n, d) final RMSNorm */
-    float *logits;            /* (n, V): logits, then their gradient */
-    float *loss;              /* (n) per-row cross-entropy */
-} head;
-
-struct latent_trainer {
-    const latent_model *m;
-    const latent_config *c;
-    latent_train_shape s;
-    int B, T, N, D, G;        /* G: Jacobi middle passes that carry gradient */
-    float *slab;
-    size_t slab_floats;
-    blk *blks;                /* every chain's blocks, one allocation */
-
-    float *rope_cos, *rope_sin;  /* (T, head_dim/2) */
-    int *pos, *qpos;          /* (N) t of row b*T+t; (T) 0..T-1 */
-    int32_t *tok, *tgt;       /* (N) inputs and targets of the batch */
-    uint8_t *mask;            /* (N) targets scored */
-    const int64_t *scored_total; /* the step's loss denominators per head, or NULL (latent_train_batch) */
-    uint8_t *flow;            /* (N) control flow of each input, NULL when all are 2 */
-    uint8_t *flow_buf;
-
-    /* backward scratch over up to N rows */
-    float *dres, *dres2, *tmp, *da, *dq, *dk, *dv, *dO, *dhs, *dhg, *dhu, *dkl, *dvl, *kvscr, *fscr;
-
-    chain main;
-    head hmain;
-
-    /* Jacobi */
-    chain fin, *mid;
-    head hfin;
-    int n_mid, n_R;
-    float **R;                /* a ring: R^(j) in R[j % n_R], the last n_R = max(G + 1, 2) kept */
-    float *M, *dX, *dR, *dR2, *dM;
-    /* adaptive Jacobi's frontier skipping (jacobi_skipping; else NULL) */
-    int *sfx_pos, *sfx_glob;  /* (N) t and row b*T+t of the suffix pass's rows, sequence after sequence */
-    uint8_t *sfx_flow;        /* (N) their control flow */
-    float *kmid, *vmid;       /* (l_end-l_start+1, N, kv_dim) each middle block's k, v from the newest pass
-                                 that computed the row */
-
-    /* LRT */
-    int S, *sub_n;
-    chain *sub;
-    head *hsub;
-    int **sub_pos, **sub_qpos, **sub_glob;  /* per subset: (n_s B) t, (n_s) t, (n_s B) row b*T+t */
-    int32_t **sub_tok, **sub_tgt;
-    uint8_t **sub_mask;
-    float *krec, *vrec;       /* (L, N, kv_dim) recomputed k, v of each position */
-    float *kview, *vview, *dkview, *dvview;  /* (N, kv_dim) */
-    float *dK0, *dV0, *dKr, *dVr;            /* (L, N, kv_dim) */
-    float *Hrec, *dH0, *dHr, *dmem;          /* (N, d) */
-
-    int fwd_only;             /* last step ran without backward: logits intact */
-    latent_gate_stats stats;
-};
 
 /* ---- slab layout -------------------------------------------------------- */
 
@@ -127,12 +42,6 @@ static float *take(carver *cv, size_t n) {
     return p;
 }
 
-/* Adaptive Jacobi skips converged rows in its middle passes that carry no
- * gradient (jacobi_iterate_skipping): tol > 0, not switched off, and some
- * middle pass without gradient (D - 1 > G). Needs t->D and t->G set. */
-static int jacobi_skipping(const latent_trainer *t) {
-    return t->s.mode == LATENT_TRAIN_JACOBI && t->s.jacobi_tol > 0 && !t->s.jacobi_no_skip && t->D - 1 > t->G;
-}
 
 static int injected(const latent_trainer *t, int l) {
     const latent_config *c = t->c;
@@ -215,7 +124,7 @@ static void trainer_layout(latent_trainer *t, carver *cv) {
         t->M = take(cv, N * d), t->dX = take(cv, N * d), t->dR = take(cv, N * d), t->dR2 = take(cv, N * d);
         t->dM = take(cv, N * d);
         t->fscr = take(cv, N * (5 * d + 2));
-        if (jacobi_skipping(t)) {
+        if (latent_trm_jacobi_skipping(t)) {
             size_t n_mid_blocks = le - ls + 1;
             t->kmid = take(cv, n_mid_blocks * N * kvd), t->vmid = take(cv, n_mid_blocks * N * kvd);
         }
@@ -284,7 +193,7 @@ latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_sha
         t->R = calloc(t->n_R, sizeof *t->R);
         if (!t->mid || !t->R) goto oom;
         n_blks = le + 1 + t->n_mid * (le - ls + 1) + (L - ls);
-        if (jacobi_skipping(t)) {
+        if (latent_trm_jacobi_skipping(t)) {
             t->sfx_pos = malloc(t->N * sizeof(int)), t->sfx_glob = malloc(t->N * sizeof(int));
             t->sfx_flow = malloc(t->N);
             if (!t->sfx_pos || !t->sfx_glob || !t->sfx_flow) goto oom;
@@ -385,7 +294,7 @@ size_t latent_trainer_activation_bytes(const latent_trainer *t) { return t->slab
 /* ---- blocks ------------------------------------------------------------- */
 
 /* Input injection, attention norm, q/k/v (KV injection), RoPE. */
-static void blk_fwd_qkv(latent_trainer *t, int l, blk *A, const chain *ch) {
+void latent_trm_blk_fwd_qkv(latent_trainer *t, int l, blk *A, const chain *ch) {
     const latent_config *c = t->c;
     const latent_layer *L = &t->m->w.layers[l];
     int n = ch->n, d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c);
@@ -405,7 +314,7 @@ static void blk_fwd_qkv(latent_trainer *t, int l, blk *A, const chain *ch) {
 }
 
 /* Wo and the attention residual, then the MLP and its residual. */
-static void blk_fwd_out(latent_trainer *t, int l, blk *A, const chain *ch) {
+void latent_trm_blk_fwd_out(latent_trainer *t, int l, blk *A, const chain *ch) {
     const latent_config *c = t->c;
     const latent_layer *L = &t->m->w.layers[l];
     int n = ch->n, d = c->d, qd = latent_config_q_dim(c);
@@ -423,12 +332,12 @@ static void blk_fwd_out(latent_trainer *t, int l, blk *A, const chain *ch) {
 }
 
 /* A block attending to its own pass's keys. */
-static void blk_forward(latent_trainer *t, int l, blk *A, const chain *ch) {
+void latent_trm_blk_forward(latent_trainer *t, int l, blk *A, const chain *ch) {
     const latent_config *c = t->c;
-    blk_fwd_qkv(t, l, A, ch);
+    latent_trm_blk_fwd_qkv(t, l, A, ch);
     latent_tr_attention_forward(A->o, A->p, A->q, A->k, A->v, ch->qpos, t->B, ch->nq, t->T, c->n_heads, c->n_kv_heads,
                          c->head_dim);
-    blk_fwd_out(t, l, A, ch);
+    latent_trm_blk_fwd_out(t, l, A, ch);
 }
 
 /* From the gradient at the block output (t->dres), through the MLP and Wo:
@@ -499,7 +408,7 @@ static void blk_bwd_qkv(latent_trainer *t, int l, const blk *A, const chain *ch,
 }
 
 /* A block that attended to its own pass's keys, backward. */
-static void blk_backward(latent_trainer *t, int l, const blk *A, const chain *ch, latent_weights *g) {
+void latent_trm_blk_backward(latent_trainer *t, int l, const blk *A, const chain *ch, latent_weights *g) {
     const latent_config *c = t->c;
     int n = ch->n, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c);
     latent_layer *G = &g->layers[l];
@@ -514,7 +423,7 @@ static void blk_backward(latent_trainer *t, int l, const blk *A, const chain *ch
 
 /* ---- heads -------------------------------------------------------------- */
 
-static void head_forward(latent_trainer *t, head *h, const float *x, int n) {
+void latent_trm_head_forward(latent_trainer *t, head *h, const float *x, int n) {
     const latent_config *c = t->c;
     latent_tr_rmsnorm_forward(h->fn, h->rs, x, t->m->w.final_norm, n, c->d, c->rms_eps);
     /* The LM head stays F32 under bf16: its logits feed the loss directly,
@@ -536,7 +445,7 @@ static int count_scored(const uint8_t *mask, int n) {
  * scored rows, or the step's given denominator for head `idx` (a share of a
  * global batch); with bwd the logits become the gradient of weight * that
  * mean. */
-static double head_loss(latent_trainer *t, head *h, int idx, const int32_t *tgt, const uint8_t *mask, int n,
+double latent_trm_head_loss(latent_trainer *t, head *h, int idx, const int32_t *tgt, const uint8_t *mask, int n,
                         double weight, int bwd) {
     int64_t k = t->scored_total ? t->scored_total[idx] : count_scored(mask, n);
     if (bwd)
@@ -552,12 +461,12 @@ static double head_loss(latent_trainer *t, head *h, int idx, const int32_t *tgt,
 /* From the logits' gradient to t->dres (n, d) at the head's input x;
  * dfn_extra (n, d) adds a gradient at the final norm's output (LRT memory
  * from the final norm), may be NULL. */
-static void head_backward(latent_trainer *t, head *h, const float *x, int n, const float *dfn_extra,
+void latent_trm_head_backward(latent_trainer *t, head *h, const float *x, int n, const float *dfn_extra,
                           latent_weights *g) {
     const latent_config *c = t->c;
     size_t nd = (size_t)n * c->d;
     memset(t->da, 0, nd * sizeof(float));
-    int bf16 = latent_tr_bf16(); /* the LM head in F32 (head_forward) */
+    int bf16 = latent_tr_bf16(); /* the LM head in F32 (latent_trm_head_forward) */
     latent_tr_set_bf16(0);
     latent_tr_linear_backward(t->da, g->lm_head, NULL, h->logits, h->fn, t->m->w.lm_head, n, c->d, c->vocab);
     latent_tr_set_bf16(bf16);
@@ -572,263 +481,16 @@ static double plain_step(latent_trainer *t, latent_weights *g) {
     const latent_config *c = t->c;
     chain *ch = &t->main;
     latent_tr_embedding_forward(ch->in, t->tok, t->m->w.embed, t->N, c->d);
-    for (int l = 0; l < c->n_layers; l++) blk_forward(t, l, &ch->b[l], ch);
-    head_forward(t, &t->hmain, ch->out, t->N);
-    double loss = head_loss(t, &t->hmain, 0, t->tgt, t->mask, t->N, 1.0, g != NULL);
+    for (int l = 0; l < c->n_layers; l++) latent_trm_blk_forward(t, l, &ch->b[l], ch);
+    latent_trm_head_forward(t, &t->hmain, ch->out, t->N);
+    double loss = latent_trm_head_loss(t, &t->hmain, 0, t->tgt, t->mask, t->N, 1.0, g != NULL);
     if (!g) return loss;
-    head_backward(t, &t->hmain, ch->out, t->N, NULL, g);
-    for (int l = c->n_layers - 1; l >= 0; l--) blk_backward(t, l, &ch->b[l], ch, g);
+    latent_trm_head_backward(t, &t->hmain, ch->out, t->N, NULL, g);
+    for (int l = c->n_layers - 1; l >= 0; l--) latent_trm_blk_backward(t, l, &ch->b[l], ch, g);
     latent_tr_embedding_backward(g->embed, t->dres, t->tok, t->N, c->d);
     return loss;
 }
 
-/* ---- rows of a batch ---------------------------------------------------- */
-
-/* dst row i = src row idx[i] (rows of `width` floats) */
-static void gather(float *dst, const float *src, const int *idx, int n, int width) {
-    for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * width, src + (size_t)idx[i] * width, width * sizeof(float));
-}
-
-/* dst row idx[i] = src row i */
-static void scatter(float *dst, const float *src, const int *idx, int n, int width) {
-    for (int i = 0; i < n; i++) memcpy(dst + (size_t)idx[i] * width, src + (size_t)i * width, width * sizeof(float));
-}
-
-/* ---- T2MLR Jacobi (models.md §2) ---------------------------------------- */
-
-/* Where R^(j) lives: a ring holding the last max(G + 1, 2), which are the
- * ones the backward reads, however many iterations ran. */
-static float *jacobi_R(latent_trainer *t, int j) { return t->R[j % t->n_R]; }
-
-/* max |R^(k) - R^(k-1)| over the batch, R^(k) = shift_right(M) (position 0
- * is 0 in both): how far this iteration moved the recurrent state. */
-static float jacobi_delta(const float *M, const float *Rp, int B, int T, int d) {
-    float mx = 0;
-    for (int b = 0; b < B; b++) {
-        const float *m = M + (size_t)b * T * d, *r = Rp + (size_t)b * T * d + d;
-        for (size_t i = 0; i < (size_t)(T - 1) * d; i++) {
-            float x = fabsf(m[i] - r[i]);
-            mx = x > mx ? x : mx;
-        }
-    }
-    return mx;
-}
-
-static t2mlr_fuse_w fuse_weights(const latent_weights *w) {
-    const latent_t2mlr_weights *p = &w->t2mlr;
-    return (t2mlr_fuse_w){p->w_rec, p->f_rec_w, p->f_rec_b, p->f_cur_w, p->f_cur_b, p->gamma_rec, p->gamma_cur};
-}
-
-static t2mlr_fuse_g fuse_grads(latent_weights *g) {
-    latent_t2mlr_weights *p = &g->t2mlr;
-    return (t2mlr_fuse_g){p->w_rec, p->f_rec_w, p->f_rec_b, p->f_cur_w, p->f_cur_b, p->gamma_rec, p->gamma_cur};
-}
-
-/* Middle pass k over every row, its activations in ch: M = s(blocks(Phi(X,
- * R^(k-1))) + R^(k-1)), R^(k) = shift_right(M). With tol > 0 returns
- * whether it moved the state by less than tol (converged), else 0. */
-static int jacobi_full_pass(latent_trainer *t, chain *ch, const float *X, int k, t2mlr_fuse_w fw, double tol) {
-    const latent_t2mlr_config *tc = &t->c->t2mlr;
-    int ls = tc->l_start, le = tc->l_end, N = t->N, d = t->c->d;
-    const float *Rp = jacobi_R(t, k - 1);
-    latent_tr_t2mlr_fuse_forward(ch->in, &ch->fuse, X, Rp, fw, t->flow, N, d);
-    for (int l = ls; l <= le; l++) blk_forward(t, l, &ch->b[l - ls], ch);
-    latent_tr_t2mlr_update_forward(t->M, ch->f, ch->out, Rp, t->flow, tc->cache_residual, tc->cache_norm_clamp,
-                                   tc->cache_norm_eps, N, d);
-    int converged = tol > 0 && jacobi_delta(t->M, Rp, t->B, t->T, d) < tol;
-    latent_tr_shift_right_forward(jacobi_R(t, k), t->M, t->B, t->T, d);
-    return converged;
-}
-
-/* The first position, over the batch, whose state moved by tol or more from
- * R^(k-1) to R^(k) (max over the row of |R^(k) - R^(k-1)|); T when none did,
- * i.e. exactly when jacobi_delta says the iteration converged (same values,
- * same comparison). */
-static int jacobi_frontier(const float *Rk, const float *Rp, int B, int T, int d, double tol) {
-    int front = T;
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < front; t++) {
-            const float *r = Rk + ((size_t)b * T + t) * d, *p = Rp + ((size_t)b * T + t) * d;
-            float mx = 0;
-            for (int i = 0; i < d; i++) {
-                float x = fabsf(r[i] - p[i]);
-                mx = x > mx ? x : mx;
-            }
-            if (mx >= tol) {
-                front = t;
-                break;
-            }
-        }
-    return front;
-}
-
-/* mid[0]'s buffers as a chain over positions front..T-1 of each sequence
- * (its first B * (T - front) rows); fills the rows' positions and batch rows. */
-static chain jacobi_suffix_chain(latent_trainer *t, int front) {
-    chain sc = t->mid[0];
-    int nq = t->T - front;
-    sc.nq = nq, sc.n = t->B * nq;
-    sc.qpos = t->qpos + front;
-    sc.pos = t->sfx_pos;
-    for (int b = 0; b < t->B; b++)
-        for (int j = 0; j < nq; j++) {
-            t->sfx_pos[b * nq + j] = front + j;
-            t->sfx_glob[b * nq + j] = b * t->T + front + j;
-        }
-    return sc;
-}
-
-/* The suffix rows' control flow (NULL: all 2). */
-static const uint8_t *jacobi_suffix_flow(latent_trainer *t, int n) {
-    if (!t->flow) return NULL;
-    for (int i = 0; i < n; i++) t->sfx_flow[i] = t->flow[t->sfx_glob[i]];
-    return t->sfx_flow;
-}
-
-/* Middle pass k without gradient, over positions front..T-1 only. Input row
- * t of the pass is Phi(X, R^(k-1))[t] and attention reads rows <= t, so rows
- * before the frontier (whose R moved by less than tol in the last iteration)
- * keep M from the previous pass, and so do their k, v in kmid/vmid: the
- * suffix's queries attend to those and to the suffix's new k, v. */
-static void jacobi_suffix_pass(latent_trainer *t, const float *X, int k, int front, t2mlr_fuse_w fw) {
-    const latent_config *c = t->c;
-    const latent_t2mlr_config *tc = &c->t2mlr;
-    int ls = tc->l_start, le = tc->l_end, d = c->d, kvd = latent_config_kv_dim(c);
-    chain sc = jacobi_suffix_chain(t, front);
-    int n = sc.n;
-    /* the backward's scratch, free during the forward: the suffix's X, R^(k-1), M */
-    float *xs = t->dX, *rs = t->dR, *ms = t->dR2;
-    gather(xs, X, t->sfx_glob, n, d);
-    gather(rs, jacobi_R(t, k - 1), t->sfx_glob, n, d);
-    const uint8_t *flow = jacobi_suffix_flow(t, n);
-    latent_tr_t2mlr_fuse_forward(sc.in, &sc.fuse, xs, rs, fw, flow, n, d);
-    for (int l = ls; l <= le; l++) {
-        blk *A = &sc.b[l - ls];
-        float *K = t->kmid + (size_t)(l - ls) * t->N * kvd, *V = t->vmid + (size_t)(l - ls) * t->N * kvd;
-        blk_fwd_qkv(t, l, A, &sc);
-        scatter(K, A->k, t->sfx_glob, n, kvd);
-        scatter(V, A->v, t->sfx_glob, n, kvd);
-        latent_tr_attention_forward(A->o, A->p, A->q, K, V, sc.qpos, t->B, sc.nq, t->T, c->n_heads, c->n_kv_heads,
-                                    c->head_dim);
-        blk_fwd_out(t, l, A, &sc);
-    }
-    latent_tr_t2mlr_update_forward(ms, sc.f, sc.out, rs, flow, tc->cache_residual, tc->cache_norm_clamp,
-                                   tc->cache_norm_eps, n, d);
-    scatter(t->M, ms, t->sfx_glob, n, d);
-    latent_tr_shift_right_forward(jacobi_R(t, k), t->M, t->B, t->T, d);
-}
-
-/* Fixed D, or adaptive without skipping: up to D-1 full passes, iteration
- * k's activations in mid[k % G] (a ring: the last G run keep theirs, for the
- * backward); adaptive stops after the first iteration that moves the state
- * by less than tol. Returns D, the iterations run (pass 1 included). */
-static int jacobi_iterate(latent_trainer *t, const float *X, t2mlr_fuse_w fw) {
-    int G = t->G;
-    t->stats.jacobi_rows = 1;
-    for (int k = 1; k < t->D; k++)
-        if (jacobi_full_pass(t, &t->mid[G > 0 ? k % G : 0], X, k, fw, t->s.jacobi_tol)) return k + 1;
-    return t->D;
-}
-
-/* Adaptive with skipping, in two phases:
- *  1. passes without gradient, each over the positions from the frontier on
- *     (the first position whose state moved by tol or more in the previous
- *     iteration; 0 for the first pass), until one moves no position by tol
- *     (converged) or D-1-G of them ran. Rows before the frontier keep their
- *     M, so R^(k) equals R^(k-1) up to it and the frontier advances by at
- *     least one position a pass: at most T of them run.
- *  2. the G passes that carry gradient, always full passes and never cut
- *     short (stopping among them would leave fewer than G).
- * The gradient thus flows through the last G iterations actually run, as
- * without skipping, but converging costs G more passes than there (which
- * stops at the converged iteration and differentiates the G before it).
- * Returns D, the iterations run (pass 1 included); sets stats.jacobi_rows. */
-static int jacobi_iterate_skipping(latent_trainer *t, const float *X, t2mlr_fuse_w fw) {
-    int G = t->G, T = t->T, no_grad_cap = t->D - 1 - G, front = 0, k = 1;
-    long long rows = 0; /* per sequence */
-    for (; k <= no_grad_cap && front < T; k++) {
-        jacobi_suffix_pass(t, X, k, front, fw);
-        rows += T - front;
-        front = jacobi_frontier(jacobi_R(t, k), jacobi_R(t, k - 1), t->B, T, t->c->d, t->s.jacobi_tol);
-    }
-    for (int j = 0; j < G; j++, k++) {
-        jacobi_full_pass(t, &t->mid[k % G], X, k, fw, 0);
-        rows += T;
-    }
-    t->stats.jacobi_rows = (double)rows / ((double)(k - 1) * T);
-    return k;
-}
-
-static double jacobi_step(latent_trainer *t, latent_weights *g) {
-    const latent_config *c = t->c;
-    const latent_t2mlr_config *tc = &c->t2mlr;
-    int ls = tc->l_start, le = tc->l_end, L = c->n_layers, D = t->D, G = t->G, N = t->N, d = c->d;
-    size_t nd = (size_t)N * d;
-    t2mlr_fuse_w fw = fuse_weights(&t->m->w);
-    chain *A = &t->main;
-
-    /* 1. full forward with no fusion, up to l_end (later blocks would not
-     * reach the loss); X = the input of block l_start. R^(0) = shift(Y0). */
-    latent_tr_embedding_forward(A->in, t->tok, t->m->w.embed, N, d);
-    for (int l = 0; l <= le; l++) blk_forward(t, l, &A->b[l], A);
-    const float *X = A->b[ls].x;
-    latent_tr_shift_right_forward(jacobi_R(t, 0), A->out, t->B, t->T, d);
-
-    /* 2. up to D-1 middle passes on X; adaptive (jacobi_tol > 0) stops
-     * early, D and G are then the iterations run and the last G of them. */
-    D = jacobi_skipping(t) ? jacobi_iterate_skipping(t, X, fw) : jacobi_iterate(t, X, fw);
-    if (G > D - 1) G = D - 1;
-    t->stats.jacobi_iters = D;
-
-    /* 3. final pass: blocks l_start..L-1 on Phi(X, R^(D-1)), loss. */
-    chain *F = &t->fin;
-    latent_tr_t2mlr_fuse_forward(F->in, &F->fuse, X, jacobi_R(t, D - 1), fw, t->flow, N, d);
-    for (int l = ls; l < L; l++) blk_forward(t, l, &F->b[l - ls], F);
-    head_forward(t, &t->hfin, F->out, N);
-    double loss = head_loss(t, &t->hfin, 0, t->tgt, t->mask, N, 1.0, g != NULL);
-    if (!g) return loss;
-
-    t2mlr_fuse_g fg = fuse_grads(g);
-    head_backward(t, &t->hfin, F->out, N, NULL, g);
-    for (int l = L - 1; l >= ls; l--) blk_backward(t, l, &F->b[l - ls], F, g);
-    memset(t->dX, 0, nd * sizeof(float));
-    memset(t->dR, 0, nd * sizeof(float));
-    /* R^(j) carries gradient when the pass that wrote it does (j >= 1), or
-     * for j = 0 when B >= D (R^(0) not detached). */
-    int grad_from_A = t->s.jacobi_grad_iters >= D;
-#define R_LIVE(j) ((j) >= 1 ? (j) >= D - G : grad_from_A)
-    latent_tr_t2mlr_fuse_backward(t->dX, R_LIVE(D - 1) ? t->dR : NULL, fg, t->dres, &F->fuse, X, jacobi_R(t, D - 1), fw,
-                           t->flow, t->fscr, N, d);
-    for (int k = D - 1; k >= D - G && k >= 1; k--) {
-        chain *ch = &t->mid[k % t->G];
-        /* R^(k) = shift_right(M) */
-        memset(t->dM, 0, nd * sizeof(float));
-        latent_tr_shift_right_backward(t->dM, t->dR, t->B, t->T, d);
-        /* M = s(Y + R^(k-1)) with the factor constant (or Y) */
-        int live = R_LIVE(k - 1);
-        memset(t->dres, 0, nd * sizeof(float));
-        memset(t->dR2, 0, nd * sizeof(float));
-        latent_tr_t2mlr_update_backward(t->dres, live ? t->dR2 : NULL, t->dM, ch->f, N, d);
-        for (int l = le; l >= ls; l--) blk_backward(t, l, &ch->b[l - ls], ch, g);
-        latent_tr_t2mlr_fuse_backward(t->dX, live ? t->dR2 : NULL, fg, t->dres, &ch->fuse, X, jacobi_R(t, k - 1), fw,
-                               t->flow, t->fscr, N, d);
-        float *sw = t->dR;
-        t->dR = t->dR2, t->dR2 = sw;
-    }
-#undef R_LIVE
-    if (grad_from_A) {
-        /* R^(0) = shift_right(Y0): back through pass 1's middle blocks to X */
-        memset(t->dres, 0, nd * sizeof(float));
-        latent_tr_shift_right_backward(t->dres, t->dR, t->B, t->T, d);
-        for (int l = le; l >= ls; l--) blk_backward(t, l, &A->b[l], A, g);
-        latent_tr_add(t->dres, t->dX, nd);
-    } else {
-        memcpy(t->dres, t->dX, nd * sizeof(float));
-    }
-    for (int l = ls - 1; l >= 0; l--) blk_backward(t, l, &A->b[l], A, g);
-    latent_tr_embedding_backward(g->embed, t->dres, t->tok, N, d);
-    return loss;
-}
 
 /* ---- LRT interleaved (models.md §3) ------------------------------------- */
 
@@ -894,9 +556,9 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
     /* 1. full pass with m = 0: L_0, every block's k, v, and h^(src) */
     chain *P0 = &t->main;
     latent_tr_embedding_forward(P0->in, t->tok, t->m->w.embed, N, d);
-    for (int l = 0; l < L; l++) blk_forward(t, l, &P0->b[l], P0);
-    head_forward(t, &t->hmain, P0->out, N);
-    double loss = w * head_loss(t, &t->hmain, 0, t->tgt, t->mask, N, w, g != NULL);
+    for (int l = 0; l < L; l++) latent_trm_blk_forward(t, l, &P0->b[l], P0);
+    latent_trm_head_forward(t, &t->hmain, P0->out, N);
+    double loss = w * latent_trm_head_loss(t, &t->hmain, 0, t->tgt, t->mask, N, w, g != NULL);
     const float *H0 = lrt_source(t, P0, &t->hmain);
 
     /* 2. subsets in order */
@@ -921,18 +583,18 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
         latent_tr_embedding_forward(ch->in, t->sub_tok[s], t->m->w.embed, n, d);
         for (int l = 0; l < L; l++) {
             blk *A = &ch->b[l];
-            blk_fwd_qkv(t, l, A, ch);
+            latent_trm_blk_fwd_qkv(t, l, A, ch);
             /* the subset's own k, v are written back before attention */
-            scatter(t->krec + (size_t)l * N * kvd, A->k, glob, n, kvd);
-            scatter(t->vrec + (size_t)l * N * kvd, A->v, glob, n, kvd);
+            latent_trm_scatter(t->krec + (size_t)l * N * kvd, A->k, glob, n, kvd);
+            latent_trm_scatter(t->vrec + (size_t)l * N * kvd, A->v, glob, n, kvd);
             lrt_view(t, l, s);
             latent_tr_attention_forward(A->o, A->p, A->q, t->kview, t->vview, ch->qpos, t->B, ch->nq, T, c->n_heads,
                                  c->n_kv_heads, c->head_dim);
-            blk_fwd_out(t, l, A, ch);
+            latent_trm_blk_fwd_out(t, l, A, ch);
         }
-        head_forward(t, h, ch->out, n);
-        loss += w * head_loss(t, h, 1 + s, t->sub_tgt[s], t->sub_mask[s], n, w, g != NULL);
-        scatter(t->Hrec, lrt_source(t, ch, h), glob, n, d);
+        latent_trm_head_forward(t, h, ch->out, n);
+        loss += w * latent_trm_head_loss(t, h, 1 + s, t->sub_tgt[s], t->sub_mask[s], n, w, g != NULL);
+        latent_trm_scatter(t->Hrec, lrt_source(t, ch, h), glob, n, d);
     }
     if (!g) return loss;
 
@@ -948,14 +610,14 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
         const int *glob = t->sub_glob[s];
         size_t snd = (size_t)n * d;
         float *dsrc = t->tmp; /* gradient of this subset's written-back h^(src) */
-        gather(dsrc, t->dHr, glob, n, d);
-        head_backward(t, h, ch->out, n, src < 0 ? dsrc : NULL, g);
+        latent_trm_gather(dsrc, t->dHr, glob, n, d);
+        latent_trm_head_backward(t, h, ch->out, n, src < 0 ? dsrc : NULL, g);
         memset(t->dmem, 0, snd * sizeof(float));
         for (int l = L - 1; l >= 0; l--) {
             blk *A = &ch->b[l];
             latent_layer *G = &g->layers[l];
             if (l == src) {
-                gather(dsrc, t->dHr, glob, n, d);
+                latent_trm_gather(dsrc, t->dHr, glob, n, d);
                 latent_tr_add(t->dres, dsrc, snd);
             }
             blk_bwd_out(t, l, A, ch, G);
@@ -967,8 +629,8 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
                                   ch->nq, T, c->n_heads, c->n_kv_heads, c->head_dim);
             lrt_route(t, l, s);
             /* the subset's own k, v: every reader (this and later subsets) is done */
-            gather(t->dk, t->dKr + (size_t)l * N * kvd, glob, n, kvd);
-            gather(t->dv, t->dVr + (size_t)l * N * kvd, glob, n, kvd);
+            latent_trm_gather(t->dk, t->dKr + (size_t)l * N * kvd, glob, n, kvd);
+            latent_trm_gather(t->dv, t->dVr + (size_t)l * N * kvd, glob, n, kvd);
             blk_bwd_qkv(t, l, A, ch, G, t->dq, t->dk, t->dv, t->dmem);
         }
         latent_tr_embedding_backward(g->embed, t->dres, t->sub_tok[s], n, d);
@@ -981,7 +643,7 @@ static double lrt_step(latent_trainer *t, latent_weights *g) {
             for (int k = 0; k < d; k++) dst[k] += sg[k];
         }
     }
-    head_backward(t, &t->hmain, P0->out, N, src < 0 ? t->dH0 : NULL, g);
+    latent_trm_head_backward(t, &t->hmain, P0->out, N, src < 0 ? t->dH0 : NULL, g);
     for (int l = L - 1; l >= 0; l--) {
         blk *A = &P0->b[l];
         latent_layer *G = &g->layers[l];
@@ -1060,7 +722,7 @@ int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, late
     double l;
     latent_tr_step_begin(); /* the weights hold still until step_end: pack each once */
     switch (t->s.mode) {
-    case LATENT_TRAIN_JACOBI: l = jacobi_step(t, grads); break;
+    case LATENT_TRAIN_JACOBI: l = latent_trm_jacobi_step(t, grads); break;
     case LATENT_TRAIN_LRT: l = lrt_step(t, grads); break;
     default: l = plain_step(t, grads); break;
     }
