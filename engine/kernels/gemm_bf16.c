@@ -116,12 +116,13 @@ void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k) {
 
 static inline float bf(uint16_t h) { return latent_bf16_to_f32(h); }
 
-/* One row of X by one panel over pairs [q0, q1): 32 sums from zero. */
-static void generic_block(float acc[GEMM_PANEL], const uint16_t *xr, const uint16_t *panel, int q0, int q1) {
+/* One row of X by one panel over pairs [q0, q1): 32 sums from zero. The
+ * row's pairs are `ldq` apart: 2 in the row layout, 2m pair-major. */
+static void generic_block(float acc[GEMM_PANEL], const uint16_t *xr, int ldq, const uint16_t *panel, int q0, int q1) {
     for (int j = 0; j < GEMM_PANEL; j++) acc[j] = 0.0f;
     for (int q = q0; q < q1; q++) {
         const uint16_t *w = panel + (size_t)q * GEMM_PANEL * 2;
-        float xe = bf(xr[2 * q]), xo = bf(xr[2 * q + 1]);
+        float xe = bf(xr[(size_t)q * ldq]), xo = bf(xr[(size_t)q * ldq + 1]);
         for (int j = 0; j < GEMM_PANEL; j++) {
             acc[j] = fmaf(xo, bf(w[2 * j + 1]), acc[j]);
             acc[j] = fmaf(xe, bf(w[2 * j]), acc[j]);
@@ -132,13 +133,13 @@ static void generic_block(float acc[GEMM_PANEL], const uint16_t *xr, const uint1
 #if defined(__x86_64__) && defined(__GNUC__)
 /* generic_block with AVX2 + FMA: 8 features a register, the same two fused
  * multiply-adds per pair in the same order, so the same bits. */
-__attribute__((target("avx2,fma"))) static void avx2_block(float acc[GEMM_PANEL], const uint16_t *xr, const uint16_t *panel,
-                                                           int q0, int q1) {
+__attribute__((target("avx2,fma"))) static void avx2_block(float acc[GEMM_PANEL], const uint16_t *xr, int ldq,
+                                                           const uint16_t *panel, int q0, int q1) {
     __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
     for (int q = q0; q < q1; q++) {
         const uint16_t *w = panel + (size_t)q * GEMM_PANEL * 2;
-        __m256 xe = _mm256_set1_ps(bf(xr[2 * q])), xo = _mm256_set1_ps(bf(xr[2 * q + 1]));
+        __m256 xe = _mm256_set1_ps(bf(xr[(size_t)q * ldq])), xo = _mm256_set1_ps(bf(xr[(size_t)q * ldq + 1]));
         for (int g = 0; g < 4; g++) {
             __m256i v = _mm256_loadu_si256((const __m256i *)(w + 16 * g)); /* 8 features, (even, odd) each */
             __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), wo = _mm256_castsi256_ps(_mm256_and_si256(v, hi));
@@ -149,13 +150,15 @@ __attribute__((target("avx2,fma"))) static void avx2_block(float acc[GEMM_PANEL]
 }
 #endif
 
-static void run_generic(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
-                        int p1, int accumulate) {
-    void (*block)(float *, const uint16_t *, const uint16_t *, int, int) = generic_block;
+/* X in rows ([m][k/2][2]) or pair-major ([k/2][m][2]). */
+static void run_generic(int pair_major, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
+                        const uint16_t *panels, int p0, int p1, int accumulate) {
+    void (*block)(float *, const uint16_t *, int, const uint16_t *, int, int) = generic_block;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (latent_isa_active() >= LATENT_ISA_AVX2) block = avx2_block;
 #endif
-    int kp = (k + 1) / 2;
+    int kp = (k + 1) / 2, ldq = pair_major ? 2 * m : 2;
+    size_t row_step = pair_major ? 2 : (size_t)kp * 2;
     for (int pn = p0; pn < p1; pn++) {
         const uint16_t *panel = panels + (size_t)pn * kp * GEMM_PANEL * 2;
         int cols = n - pn * GEMM_PANEL < GEMM_PANEL ? n - pn * GEMM_PANEL : GEMM_PANEL;
@@ -163,7 +166,7 @@ static void run_generic(float *out, int ldo, const uint16_t *xb, int m, int n, i
             float *o = out + (size_t)r * ldo + (size_t)pn * GEMM_PANEL;
             for (int q0 = 0; q0 < kp; q0 += KB_PAIRS) {
                 float acc[GEMM_PANEL];
-                block(acc, xb + (size_t)r * kp * 2, panel, q0, q0 + KB_PAIRS < kp ? q0 + KB_PAIRS : kp);
+                block(acc, xb + r * row_step, ldq, panel, q0, q0 + KB_PAIRS < kp ? q0 + KB_PAIRS : kp);
                 for (int j = 0; j < cols; j++) o[j] = q0 == 0 && !accumulate ? acc[j] : o[j] + acc[j];
             }
         }
@@ -300,7 +303,7 @@ static void run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, co
         return;
     }
 #endif
-    run_generic(out, ldo, xb, m, n, k, panels, p0, p1, acc);
+    run_generic(0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
 }
 
 void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
@@ -315,20 +318,6 @@ void latent_gemm_bf16_run_acc(float *out, int ldo, const uint16_t *xb, int m, in
 
 /* ---- pair-major X ---- */
 
-/* One row of a pair-major X by one panel over pairs [q0, q1): generic_block's
- * arithmetic, the row's pairs `ldq` apart. */
-static void generic_block_pm(float acc[GEMM_PANEL], const uint16_t *xr, int ldq, const uint16_t *panel, int q0, int q1) {
-    for (int j = 0; j < GEMM_PANEL; j++) acc[j] = 0.0f;
-    for (int q = q0; q < q1; q++) {
-        const uint16_t *w = panel + (size_t)q * GEMM_PANEL * 2;
-        float xe = bf(xr[(size_t)q * ldq]), xo = bf(xr[(size_t)q * ldq + 1]);
-        for (int j = 0; j < GEMM_PANEL; j++) {
-            acc[j] = fmaf(xo, bf(w[2 * j + 1]), acc[j]);
-            acc[j] = fmaf(xe, bf(w[2 * j]), acc[j]);
-        }
-    }
-}
-
 void latent_gemm_bf16_run_pm(float *out, int ldo, const uint16_t *xq, int m, int n, int k, const uint16_t *panels, int p0,
                              int p1, int acc) {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -337,17 +326,5 @@ void latent_gemm_bf16_run_pm(float *out, int ldo, const uint16_t *xq, int m, int
         return;
     }
 #endif
-    int kp = (k + 1) / 2;
-    for (int pn = p0; pn < p1; pn++) {
-        const uint16_t *panel = panels + (size_t)pn * kp * GEMM_PANEL * 2;
-        int cols = n - pn * GEMM_PANEL < GEMM_PANEL ? n - pn * GEMM_PANEL : GEMM_PANEL;
-        for (int r = 0; r < m; r++) {
-            float *o = out + (size_t)r * ldo + (size_t)pn * GEMM_PANEL;
-            for (int q0 = 0; q0 < kp; q0 += KB_PAIRS) {
-                float a[GEMM_PANEL];
-                generic_block_pm(a, xq + (size_t)r * 2, m * 2, panel, q0, q0 + KB_PAIRS < kp ? q0 + KB_PAIRS : kp);
-                for (int j = 0; j < cols; j++) o[j] = q0 == 0 && !acc ? a[j] : o[j] + a[j];
-            }
-        }
-    }
+    run_generic(1, out, ldo, xq, m, n, k, panels, p0, p1, acc);
 }

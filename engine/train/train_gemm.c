@@ -21,13 +21,11 @@ int latent_tr_bf16(void) { return tr_bf16; }
 
 /* W (N, K) with W[n][k] = src[n * rs + k * cs], as bf16 panels
  * [N/32][K/2][32][2] (gemm_bf16.c's layout), zero padded; panels [p0, p1).
- * rs == 1: a k pair is two contiguous source rows, interleaved. cs == 1 (a
- * weight read forward): each feature's k run is contiguous; its pairs are
- * rounded at once and spread 32 features apart. */
+ * rs == 1: a k pair is two contiguous source rows, interleaved 16 at a time.
+ * Otherwise one feature at a time, reading its k run in order (contiguous
+ * for a weight read forward, cs == 1): weights are packed once per step. */
 static void pack_panel_range(uint16_t *d, const float *src, size_t rs, size_t cs, int N, int K, int p0, int p1) {
     int kp = (K + 1) / 2;
-    uint16_t *row = NULL;
-    if (rs != 1 && cs == 1 && !(row = malloc((size_t)kp * 2 * sizeof *row))) cs = 0; /* no memory: the slow loop */
     for (int pn = p0; pn < p1; pn++) {
         uint16_t *panel = d + (size_t)pn * kp * GEMM_PANEL * 2;
         int row0 = pn * GEMM_PANEL, cols = N - row0 < GEMM_PANEL ? N - row0 : GEMM_PANEL;
@@ -35,27 +33,18 @@ static void pack_panel_range(uint16_t *d, const float *src, size_t rs, size_t cs
             for (int q = 0; q < kp; q++)
                 latent_bf16_pack_pairs(panel + (size_t)q * GEMM_PANEL * 2, src + (size_t)row0 + (size_t)(2 * q) * cs,
                                        2 * q + 1 < K ? src + (size_t)row0 + (size_t)(2 * q + 1) * cs : NULL, cols);
-        } else if (cs == 1) {
-            for (int j = 0; j < cols; j++) {
-                latent_bf16_round_span(row, src + (size_t)(row0 + j) * rs, K);
-                if (K % 2) row[K] = 0;
-                for (int q = 0; q < kp; q++) memcpy(panel + ((size_t)q * GEMM_PANEL + j) * 2, row + 2 * q, 2 * sizeof *row);
-            }
         } else {
-            size_t step = cs ? cs : 1;
-            for (int q = 0; q < kp; q++)
-                for (int j = 0; j < cols; j++)
-                    for (int h = 0; h < 2; h++) {
-                        int kk = 2 * q + h;
-                        panel[((size_t)q * GEMM_PANEL + j) * 2 + h] =
-                            kk < K ? latent_f32_to_bf16(src[(size_t)(row0 + j) * rs + (size_t)kk * step]) : 0;
-                    }
+            for (int j = 0; j < cols; j++) {
+                const float *feature = src + (size_t)(row0 + j) * rs;
+                for (int kk = 0; kk < 2 * kp; kk++)
+                    panel[((size_t)(kk / 2) * GEMM_PANEL + j) * 2 + kk % 2] =
+                        kk < K ? latent_f32_to_bf16(feature[(size_t)kk * cs]) : 0;
+            }
         }
         if (cols < GEMM_PANEL)
             for (int q = 0; q < kp; q++)
                 memset(panel + ((size_t)q * GEMM_PANEL + cols) * 2, 0, (size_t)(GEMM_PANEL - cols) * 2 * sizeof *panel);
     }
-    free(row);
 }
 
 /* op(A) (M, K) as bf16 rows of even length. A transposed operand (cs > 1:
@@ -153,10 +142,9 @@ const uint16_t *latent_tr_pack_b(int tb, const float *B, int ldb, int N, int K) 
  * in the optimizer, between steps. Inside latent_tr_step_begin/end its panels
  * (one set per orientation) are packed at the first use and reused; outside
  * a step every call packs again, so a weight changed by hand is never read
- * stale. The slots are grow-only: one bf16 copy per weight and orientation,
- * together the size of the F32 weights. */
-#define WEIGHT_SLOTS 256
-
+ * stale. Each weight and orientation has its own slot, grow-only until
+ * latent_tr_release_weight_panels (latent_trainer_free): one bf16 copy per
+ * orientation, together the size of the F32 weights. */
 typedef struct {
     const float *w;
     int tb, ld, N, K;
@@ -165,20 +153,31 @@ typedef struct {
     size_t cap;
 } weight_slot;
 
-static weight_slot weight_slots[WEIGHT_SLOTS];
-static int n_weight_slots;
+static weight_slot *weight_slots;
+static int n_weight_slots, cap_weight_slots;
 static unsigned step_epoch = 1;
 static int step_open;
 
 void latent_tr_step_begin(void) { step_epoch++, step_open = 1; }
 void latent_tr_step_end(void) { step_open = 0; }
 
+void latent_tr_release_weight_panels(void) {
+    for (int i = 0; i < n_weight_slots; i++) free(weight_slots[i].panels);
+    free(weight_slots);
+    weight_slots = NULL, n_weight_slots = cap_weight_slots = 0;
+}
+
 static weight_slot *slot_for(const float *w, int tb, int ld, int N, int K) {
     for (int i = 0; i < n_weight_slots; i++) {
         weight_slot *e = &weight_slots[i];
         if (e->w == w && e->tb == tb && e->ld == ld && e->N == N && e->K == K) return e;
     }
-    if (n_weight_slots == WEIGHT_SLOTS) return NULL;
+    if (n_weight_slots == cap_weight_slots) {
+        int cap = cap_weight_slots ? 2 * cap_weight_slots : 64;
+        weight_slot *grown = realloc(weight_slots, (size_t)cap * sizeof *grown);
+        if (!grown) return NULL;
+        weight_slots = grown, cap_weight_slots = cap;
+    }
     weight_slot *e = &weight_slots[n_weight_slots++];
     *e = (weight_slot){.w = w, .tb = tb, .ld = ld, .N = N, .K = K};
     return e;
@@ -186,7 +185,7 @@ static weight_slot *slot_for(const float *w, int tb, int ld, int N, int K) {
 
 const uint16_t *latent_tr_weight_panels(int tb, const float *B, int ldb, int N, int K) {
     weight_slot *e = slot_for(B, tb, ldb, N, K);
-    if (!e) return latent_tr_pack_b(tb, B, ldb, N, K); /* more weights than slots: packed per call */
+    if (!e) return NULL;
     if (step_open && e->epoch == step_epoch) return e->panels;
     int np = (N + GEMM_PANEL - 1) / GEMM_PANEL;
     if (!grow_panels(&e->panels, &e->cap, latent_gemm_bf16_bytes(np, K))) return NULL;

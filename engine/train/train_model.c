@@ -273,6 +273,7 @@ oom:
 
 void latent_trainer_free(latent_trainer *t) {
     if (!t) return;
+    latent_tr_release_weight_panels(); /* keyed by weight address: stale once this model goes */
     for (int k = 0; k < t->S; k++) {
         if (t->sub_pos) free(t->sub_pos[k]);
         if (t->sub_qpos) free(t->sub_qpos[k]);

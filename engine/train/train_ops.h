@@ -35,10 +35,14 @@ int latent_tr_gemm_b(int ta, int M, int N, int K, const float *A, int lda, const
 /* bf16: op(B)'s panels for the products of one step. Between
  * latent_tr_step_begin and _end (the trainer's step, when no weight changes)
  * each weight and orientation is packed once; outside, at every call. Valid
- * until the step ends; NULL when out of memory. */
+ * until the step ends; NULL when out of memory (the caller then takes the
+ * per-call path, latent_tr_gemm). */
 void latent_tr_step_begin(void);
 void latent_tr_step_end(void);
 const uint16_t *latent_tr_weight_panels(int tb, const float *B, int ldb, int N, int K);
+/* Frees every weight's panels (the trainer's end: the next trainer's weights
+ * live elsewhere). */
+void latent_tr_release_weight_panels(void);
 /* bf16: x (M, K) rounded once for several products (a buffer of this
  * module's, valid until the next call), and C (M, N) = that times the
  * panels' W^T; NULL when out of memory. */
