@@ -50,7 +50,9 @@ static const char *help =
     "  --beta1 X (0.9)  --beta2 X (0.999)  --eps X (1e-8)\n"
     "  --grad-clip C        clip the global gradient norm to C; 0 = off (1.0)\n"
     "  --warmup N           linear warmup steps (0)\n"
-    "  --lr-schedule cosine|constant   after warmup (cosine, to 0 at --steps)\n"
+    "  --lr-schedule cosine|constant   after warmup (cosine, to 0 at --schedule-steps)\n"
+    "  --schedule-steps N   steps the schedule spans (default --steps); more than\n"
+    "                       --steps runs the start of a longer recipe\n"
     "  --seed N             shuffling order (1)\n"
     "  --no-shuffle         read windows in the order of models.md §5\n"
     "  --eval-data FILE.bin --eval-every N (100) --eval-batches N (8)\n"
@@ -84,7 +86,7 @@ static void on_signal(int sig) { g_stop = sig; }
 
 typedef struct {
     const char *model, *data, *out, *eval_data, *kinds;
-    long steps, batch, seq, D, K, S, eval_every, eval_batches, save_every, keep, threads;
+    long steps, schedule_steps, batch, seq, D, K, S, eval_every, eval_batches, save_every, keep, threads;
     long long seed;
     int mode; /* -1: from the model */
     int shuffle, resume, bench;
@@ -134,7 +136,8 @@ static int parse_args(int argc, char **argv, train_args *a) {
             cli_opt(argc, argv, &i, "--kinds", &a->kinds))
             continue;
         struct { const char *name; long *dst; long lo, hi; } ints[] = {
-            {"--steps", &a->steps, 1, 1L << 40}, {"--batch", &a->batch, 1, 1 << 16}, {"--seq", &a->seq, 2, 1 << 20},
+            {"--steps", &a->steps, 1, 1L << 40}, {"--schedule-steps", &a->schedule_steps, 1, 1L << 40},
+            {"--batch", &a->batch, 1, 1 << 16}, {"--seq", &a->seq, 2, 1 << 20},
             {"--jacobi-iters", &a->D, 1, 4096}, {"--jacobi-grad-iters", &a->K, 0, 4096},
             {"--lrt-subsets", &a->S, 1, 1 << 20}, {"--eval-every", &a->eval_every, 0, 1L << 40},
             {"--eval-batches", &a->eval_batches, 1, 1 << 20}, {"--save-every", &a->save_every, 0, 1L << 40},
@@ -215,7 +218,9 @@ static int parse_args(int argc, char **argv, train_args *a) {
         return cli_fail("train: unknown option '%s' (see latent train --help)", argv[i]);
     }
     if (a->bench && !have_steps) a->steps = 5;
-    a->o.steps = a->steps;
+    if (a->schedule_steps && a->schedule_steps < a->steps)
+        return cli_fail("train: --schedule-steps (%ld) must be at least --steps (%ld)", a->schedule_steps, a->steps);
+    a->o.steps = a->schedule_steps ? a->schedule_steps : a->steps;
     return 0;
 }
 

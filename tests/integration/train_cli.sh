@@ -49,6 +49,7 @@ expect_fail "token id outside vocab" "vocabulary" -- "$latent" train --model "$t
 expect_fail "mask of the wrong size" "badmask.mask" -- "$latent" train --model "$tmp/t2" --data "$tmp/badmask.bin" --out "$tmp/o" "${base[@]}"
 expect_fail "file not whole uint32s" "uint32" -- "$latent" train --model "$tmp/t2" --data "$tmp/odd.bin" --out "$tmp/o" "${base[@]}"
 expect_fail "file shorter than a window" "tokens" -- "$latent" train --model "$tmp/t2" --data "$tmp/short.bin" --out "$tmp/o" --seq 64
+expect_fail "--schedule-steps below --steps" "schedule-steps" -- "$latent" train --model "$tmp/t2" --data "$tmp/train.bin" --out "$tmp/o" --steps 6 --schedule-steps 5 "${base[@]}"
 expect_fail "missing data file" "no-such" -- "$latent" train --model "$tmp/t2" --data "$tmp/no-such.bin" --out "$tmp/o" "${base[@]}"
 
 # --- a run: progress lines, train.jsonl, eval, checkpoints, inference -----------
@@ -79,6 +80,21 @@ EOF
 else
     fail "training run" "$(tail -n 5 "$tmp/run1.log")"
 fi
+
+# --- --schedule-steps: a short run follows the start of a longer run's schedule --
+if "$latent" train --model "$tmp/t2" --data "$tmp/train.bin" --out "$tmp/sched6" --steps 6 --warmup 1 "${base[@]}" >"$tmp/sched.log" 2>&1 &&
+   "$latent" train --model "$tmp/t2" --data "$tmp/train.bin" --out "$tmp/sched3" --steps 3 --schedule-steps 6 --warmup 1 "${base[@]}" >>"$tmp/sched.log" 2>&1; then
+    v=$("$PY" - "$tmp/sched6/train.jsonl" "$tmp/sched3/train.jsonl" <<'EOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+same = [(x['lr'], x['loss']) for x in a[:3]] == [(y['lr'], y['loss']) for y in b]
+print("ok" if len(b) == 3 and same else 'lr %s loss %s against the 6-step run\'s %s %s' %
+      ([y['lr'] for y in b], [y['loss'] for y in b], [x['lr'] for x in a[:3]], [x['loss'] for x in a[:3]]))
+EOF
+)
+    [ "$v" = ok ] && ok "--steps 3 --schedule-steps 6: the first 3 steps (lr and loss) of the 6-step run" || fail "--schedule-steps: $v"
+else fail "--schedule-steps runs" "$(tail -n 3 "$tmp/sched.log")"; fi
 
 expect_fail "a fresh run into OUT with checkpoints" "resume" -- "$latent" train --model "$tmp/t2" --data "$tmp/train.bin" --out "$tmp/run1" "${base[@]}"
 
