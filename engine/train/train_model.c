@@ -428,8 +428,9 @@ void latent_trm_head_forward(latent_trainer *t, head *h, const float *x, int n) 
     const latent_config *c = t->c;
     latent_tr_rmsnorm_forward(h->fn, h->rs, x, t->m->w.final_norm, n, c->d, c->rms_eps);
     /* The LM head stays F32 under bf16: its logits feed the loss directly,
-     * and with them in bf16 the default recipe's loss spiked 12% at one
-     * early step against F32 (clients/bf16_curve.sh; docs/training.md). */
+     * and with them in bf16 the default recipe's loss strayed further from
+     * F32 (2.65% against 1.98%) for no measured speed-up
+     * (clients/bf16_curve.sh; docs/training.md, "Precision"). */
     int bf16 = latent_tr_bf16();
     latent_tr_set_bf16(0);
     latent_tr_linear_forward(h->logits, h->fn, t->m->w.lm_head, NULL, n, c->d, c->vocab);
