@@ -22,7 +22,7 @@
 # usage: make experiment [QUICK=1]    (or models/experiment.sh)
 # env:   QUICK=1    a smoke run: few steps, minutes, not evidence (written to
 #                   build/experiment-quick/report, docs/ untouched)
-#        STEPS, VAR_STEPS (group tasks / var-assign steps), TASKS (names below),
+#        STEPS, VAR_STEPS (group tasks / var-assign steps), TASKS (names below), WD (weight decay, 0.1),
 #        MODELS, JOBS (runs at once, default 2, each --threads 1),
 #        WORK (build/experiment), SEED (1: the seed of the data, the inits and
 #        the training order; another seed is a replicate, whose report goes to
@@ -50,6 +50,7 @@ canonical=0
 tasks=${TASKS:-"parity s3 s5 var"}
 models=${MODELS:-"plain t2mlr t2mlr-adaptive lrt"}
 jobs=${JOBS:-2}
+wd=${WD:-0.1}     # AdamW weight decay on matrices
 train_len=16      # group tasks: elements per training record
 test_len=32       # ... and per test record (2x)
 var_depth_lo=1 var_depth_hi=5
@@ -86,7 +87,6 @@ json_field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys
 run_model() { # task model
     local t=$1 m=$2 d="$work/$1"
     local out="$work/results/$t.$m"
-    [ -s "$out.eval.json" ] && return 0
     local vocab rec
     vocab=$(json_field "$d/train.json" vocab_size)
     rec=$(json_field "$d/train.json" record_len)
@@ -111,10 +111,8 @@ json.dump(c, open(path, "w"), indent=1)
 EOF
     local s=$steps
     [ "$t" = var ] && s=$var_steps
-    rm -rf "$d/$m.init" "$d/$m.run"
-    "$latent" init --config "$cfg" --out "$d/$m.init" --seed $seed --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 2>/dev/null
     local args=(--model "$d/$m.init" --data "$d/train.bin" --out "$d/$m.run" --seq "$rec" --batch 32 --steps "$s"
-        --optimizer adamw --lr 2e-3 --beta1 0.9 --beta2 0.98 --weight-decay 0.1 --warmup $((s < 1000 ? s / 10 : 100))
+        --optimizer adamw --lr 2e-3 --beta1 0.9 --beta2 0.98 --weight-decay "$wd" --warmup $((s < 1000 ? s / 10 : 100))
         --lr-schedule cosine --grad-clip 1 --seed $seed --threads 1 --precision "$precision" --eval-every 100000)
     case $m in
     t2mlr) args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4) ;;
@@ -124,6 +122,11 @@ EOF
         args+=(--mode jacobi --jacobi-iters "$cap" --jacobi-grad-iters 4 --jacobi-tol 0.01) ;;
     lrt) args+=(--mode lrt --lrt-subsets "$rec") ;; # S = T: every position its own subset, the exact recurrence
     esac
+    # a finished run with the same arguments is kept (rerunning resumes the experiment)
+    [ -s "$out.eval.json" ] && [ -s "$out.train.json" ] &&
+        [ "$(json_field "$out.train.json" args)" = "${args[*]}" ] && return 0
+    rm -rf "$d/$m.init" "$d/$m.run" "$out.eval.json"
+    "$latent" init --config "$cfg" --out "$d/$m.init" --seed $seed --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 2>/dev/null
     local t0 t1
     t0=$(date +%s.%N)
     "$latent" train "${args[@]}" >"$d/$m.train.log" 2>&1 </dev/null || { log "$t/$m: training failed, see $d/$m.train.log"; return 1; }
@@ -162,9 +165,9 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 flags=""
 for f in avx512f avx512_bf16 amx_bf16; do grep -qw $f /proc/cpuinfo && flags="$flags $f"; done
 "$PY" - "$work/results/run.json" "$cpu ($(nproc) vCPUs;$flags)" "$jobs" "$precision" "$seed" "$steps" "$var_steps" "$quick" \
-    "$tasks" "$models" "$train_len" "$test_len" <<'EOF'
+    "$tasks" "$models" "$train_len" "$test_len" "$wd" <<'EOF'
 import json, sys
-(path, cpu, jobs, prec, seed, steps, var_steps, quick, tasks, models, tl, xl) = sys.argv[1:]
+(path, cpu, jobs, prec, seed, steps, var_steps, quick, tasks, models, tl, xl, wd) = sys.argv[1:]
 tl, xl = int(tl), int(xl)
 titles = {"parity": ("Parity (Z2)", 0.5), "s3": ("S3 word problem", 1 / 6), "s5": ("S5 word problem", 1 / 120)}
 out = []
@@ -176,7 +179,7 @@ for t in tasks.split():
         out.append({"name": t, "kind": "group", "title": titles[t][0], "trained": tl, "test_len": xl,
                     "test_records": 500, "chance": titles[t][1]})
 json.dump({"cpu": cpu, "threads": 1, "jobs": int(jobs), "precision": prec, "seeds": seed,
-           "steps": "%s (var-assign %s)" % (steps, var_steps), "quick": quick == "1",
+           "steps": "%s (var-assign %s)" % (steps, var_steps), "quick": quick == "1", "weight_decay": wd,
            "tasks": out, "models": models.split()}, open(path, "w"), indent=1)
 EOF
 report=docs

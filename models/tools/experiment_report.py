@@ -101,8 +101,9 @@ def main():
     os.makedirs(out, exist_ok=True)
     run = load(os.path.join(res, "run.json"))
     lines = ["<!-- written by models/tools/experiment_report.py from %s; do not edit by hand -->" % res,
-             "Machine: %s; %d runs at a time, one thread each; %s products; seed %s; %s steps per model%s." %
-             (run["cpu"], run["jobs"], run["precision"], run["seeds"], run["steps"],
+             "Machine: %s; %d runs at a time, one thread each; %s products; seed %s; %s steps per model; "
+             "weight decay %s%s." %
+             (run["cpu"], run["jobs"], run["precision"], run["seeds"], run["steps"], run.get("weight_decay", "0.1"),
               " (QUICK=1: a smoke run, not evidence)" if run.get("quick") else ""), ""]
     for task in run["tasks"]:
         name, kind, trained = task["name"], task["kind"], task.get("trained")
