@@ -26,7 +26,10 @@
 #        MODELS, JOBS (runs at once, default 2, each --threads 1),
 #        WORK (build/experiment), SEED (1: the seed of the data, the inits and
 #        the training order; another seed is a replicate, whose report goes to
-#        WORK/report, and WORK defaults to build/experiment-seedN), LATENT
+#        WORK/report, and WORK defaults to build/experiment-seedN),
+#        REPLICATES (seeds run again for the report's table over seeds:
+#        "2 3 4 5" in the canonical run, 2 with QUICK, none otherwise),
+#        REPLICATE_TASKS (s3), REPLICATE_MODELS ("plain t2mlr"), LATENT
 #        (build/latent), PYTHON
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,6 +57,26 @@ wd=${WD:-0.1}     # AdamW weight decay on matrices
 train_len=16      # group tasks: elements per training record
 test_len=32       # ... and per test record (2x)
 var_depth_lo=1 var_depth_hi=5
+# Replicates: the same recipe on other seeds' data, inits and training
+# order, for REPLICATE_TASKS with REPLICATE_MODELS, each in its own WORK
+# (build/experiment-seedN; a QUICK run's under its own work directory), so
+# that the report says how many seeds reach what one seed shows. The
+# canonical run makes four; a replicate run makes none.
+if [ "$quick" = 1 ]; then replicates=${REPLICATES-2}
+elif [ "$canonical" = 1 ]; then replicates=${REPLICATES-"2 3 4 5"}
+else replicates=${REPLICATES-}; fi
+rep_tasks=""
+for t in ${REPLICATE_TASKS:-s3}; do
+    case " $tasks " in *" $t "*) ;; *) continue ;; esac # only tasks this run has
+    case $t in parity | s3 | s5) rep_tasks="$rep_tasks $t" ;; *) echo "experiment: REPLICATE_TASKS: group tasks only ($t)" >&2; exit 2 ;; esac
+done
+[ -n "$rep_tasks" ] || replicates=""
+rep_models=""
+for m in ${REPLICATE_MODELS:-"plain t2mlr"}; do
+    case " $models " in *" $m "*) rep_models="$rep_models $m" ;; esac # only models this run has
+done
+[ -n "$rep_models" ] || replicates=""
+rep_work() { if [ "$quick" = 1 ]; then echo "$work/seed$1"; else echo "build/experiment-seed$1"; fi; }
 
 [ -x "$latent" ] || make "$latent"
 mkdir -p "$work/results"
@@ -143,11 +166,15 @@ json.dump({"seconds": secs, "time": "%d:%02d" % (secs // 60, secs % 60),
            "args": sys.argv[5]}, open(sys.argv[4], "w"))
 EOF
     mv "$out.eval.tmp" "$out.eval.json"
-    log "$t/$m done in $(json_field "$out.train.json" time)"
+    log "$t/$m (seed $seed) done in $(json_field "$out.train.json" time)"
 }
 
 log "data: ${tasks} ($n_train training records each)"
 for t in $tasks; do make_data "$t"; done
+for r in $replicates; do
+    mkdir -p "$(rep_work "$r")/results"
+    for t in $rep_tasks; do (work=$(rep_work "$r") seed=$r; make_data "$t"); done
+done
 
 log "training: ${models} on each task, $steps steps (var-assign $var_steps), $jobs at once, precision $precision"
 failed=0
@@ -157,6 +184,15 @@ for t in $tasks; do
         run_model "$t" "$m" &
     done
 done
+[ -z "$replicates" ] || log "replicates: seeds $replicates, ${rep_models} on ${rep_tasks}"
+for r in $replicates; do
+    for t in $rep_tasks; do
+        for m in $rep_models; do
+            while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || failed=1; done
+            (work=$(rep_work "$r") seed=$r; run_model "$t" "$m") &
+        done
+    done
+done
 while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
 [ $failed = 0 ] || { log "a run failed"; exit 1; }
 
@@ -164,10 +200,12 @@ while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 flags=""
 for f in avx512f avx512_bf16 amx_bf16; do grep -qw $f /proc/cpuinfo && flags="$flags $f"; done
+rep_list=""
+for r in $replicates; do rep_list="$rep_list $r:$(rep_work "$r")/results"; done
 "$PY" - "$work/results/run.json" "$cpu ($(nproc) vCPUs;$flags)" "$jobs" "$precision" "$seed" "$steps" "$var_steps" "$quick" \
-    "$tasks" "$models" "$train_len" "$test_len" "$wd" <<'EOF'
+    "$tasks" "$models" "$train_len" "$test_len" "$wd" "$rep_list" "$rep_tasks" "$rep_models" <<'EOF'
 import json, sys
-(path, cpu, jobs, prec, seed, steps, var_steps, quick, tasks, models, tl, xl, wd) = sys.argv[1:]
+(path, cpu, jobs, prec, seed, steps, var_steps, quick, tasks, models, tl, xl, wd, reps, rep_tasks, rep_models) = sys.argv[1:]
 tl, xl = int(tl), int(xl)
 titles = {"parity": ("Parity (Z2)", 0.5), "s3": ("S3 word problem", 1 / 6), "s5": ("S5 word problem", 1 / 120)}
 out = []
@@ -180,6 +218,8 @@ for t in tasks.split():
                     "test_records": 500, "chance": titles[t][1]})
 json.dump({"cpu": cpu, "threads": 1, "jobs": int(jobs), "precision": prec, "seeds": seed,
            "steps": "%s (var-assign %s)" % (steps, var_steps), "quick": quick == "1", "weight_decay": wd,
+           "replicates": [{"seed": int(r.split(":", 1)[0]), "results": r.split(":", 1)[1]} for r in reps.split()],
+           "replicate_tasks": rep_tasks.split(), "replicate_models": rep_models.split(),
            "tasks": out, "models": models.split()}, open(path, "w"), indent=1)
 EOF
 report=docs

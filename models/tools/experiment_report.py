@@ -96,6 +96,48 @@ def fmt(x):
     return "—" if x != x else "%.3f" % x
 
 
+def seeds_table(run, res):
+    """Markdown lines: per replicated task, mean and worst position past the
+    trained length for each seed (this run's and its replicates'), and how
+    many seeds reach at least 0.99 at every position up to the test length."""
+    reps = run.get("replicates") or []
+    if not reps:
+        return []
+    lines = []
+    seeds = [(run["seeds"], res)] + [(r["seed"], r["results"]) for r in reps]
+    for task in run["tasks"]:
+        if task["name"] not in run.get("replicate_tasks", []) or task["kind"] != "group":
+            continue
+        name, trained, xl = task["name"], task["trained"], task["test_len"]
+        models = [m for m in run["models"] if m in run.get("replicate_models", [])]
+        lines += ["### %s over %d seeds" % (task["title"], len(seeds)), "",
+                  "The same recipe on each seed's own data, inits and training order (`make experiment SEED=N`); "
+                  "mean / worst position over %d-%d, past the trained length." % (trained + 1, xl), "",
+                  "| seed | %s |" % " | ".join(LABELS[m] for m in models), "|---|%s" % ("---|" * len(models))]
+        reached = {m: 0 for m in models}
+        for seed, path in seeds:
+            cells = []
+            for m in models:
+                ev = os.path.join(path, "%s.%s.eval.json" % (name, m))
+                if not os.path.exists(ev):
+                    cells.append("—")
+                    continue
+                pts = curve(load(ev))
+                worst = min_acc(pts, 1, xl)
+                # the targets: a recurrent model at least 0.99 at every position,
+                # the plain one at most 0.3 on average past the trained length
+                reached[m] += (mean_acc(pts, trained + 1, xl) <= 0.3) if m == "plain" else (worst >= 0.99)
+                cells.append("%s / %s" % (fmt(mean_acc(pts, trained + 1, xl)), fmt(min_acc(pts, trained + 1, xl))))
+            lines.append("| %s%s | %s |" % (seed, " (the tables above)" if path == res else "", " | ".join(cells)))
+        said = []
+        for m in models:
+            what = ("at most 0.3 on average past position %d" % trained if m == "plain"
+                    else "at least 0.99 at every position 1-%d" % xl)
+            said.append("%s %s in %d of %d seeds" % (LABELS[m], what, reached[m], len(seeds)))
+        lines += ["", "; ".join(said) + ".", ""]
+    return lines
+
+
 def main():
     res, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
@@ -149,6 +191,7 @@ def main():
         svg_plot(os.path.join(out, svg), task["title"], "position" if kind == "group" else "alias depth", series,
                  trained if kind == "group" else task["train_max"], task.get("chance"))
         lines += ["", "![%s](%s)" % (task["title"], svg), ""]
+    lines += seeds_table(run, res)
     # docs/experiments.md carries the tables between its markers; elsewhere
     # (a QUICK run's report directory) they get a page of their own
     page = os.path.join(out, "experiments.md")
