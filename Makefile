@@ -213,8 +213,10 @@ bench: all
 
 # The evidence that latent recurrence pays (docs/experiments.md): trains
 # plain, T2MLR (fixed and adaptive Jacobi) and LRT on parity, S3, S5 and
-# variable assignment, writes docs/experiment-results.md, the plots and
-# models/s3. QUICK=1: a few minutes, report under build/experiment-quick.
+# variable assignment, and plain and T2MLR on S3 again with seeds 2-5;
+# writes the tables into docs/experiments.md, the plots and models/s3.
+# QUICK=1: a few minutes, report under build/experiment-quick; SEED=N: a
+# replicate, report under build/experiment-seedN.
 experiment: $(BUILD)/latent
 	QUICK=$(QUICK) LATENT=$(BUILD)/latent bash models/experiment.sh
 
