@@ -11,16 +11,23 @@
  * ones the backward reads, however many iterations ran. */
 static float *jacobi_R(latent_trainer *t, int j) { return t->R[j % t->n_R]; }
 
+/* max |a[i] - b[i]| over n floats. */
+static float max_abs_diff(const float *a, const float *b, size_t n) {
+    float mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        float x = fabsf(a[i] - b[i]);
+        mx = x > mx ? x : mx;
+    }
+    return mx;
+}
+
 /* max |R^(k) - R^(k-1)| over the batch, R^(k) = shift_right(M) (position 0
  * is 0 in both): how far this iteration moved the recurrent state. */
 static float jacobi_delta(const float *M, const float *Rp, int B, int T, int d) {
     float mx = 0;
     for (int b = 0; b < B; b++) {
-        const float *m = M + (size_t)b * T * d, *r = Rp + (size_t)b * T * d + d;
-        for (size_t i = 0; i < (size_t)(T - 1) * d; i++) {
-            float x = fabsf(m[i] - r[i]);
-            mx = x > mx ? x : mx;
-        }
+        float x = max_abs_diff(M + (size_t)b * T * d, Rp + (size_t)b * T * d + d, (size_t)(T - 1) * d);
+        mx = x > mx ? x : mx;
     }
     return mx;
 }
@@ -59,13 +66,8 @@ static int jacobi_frontier(const float *Rk, const float *Rp, int B, int T, int d
     int front = T;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < front; t++) {
-            const float *r = Rk + ((size_t)b * T + t) * d, *p = Rp + ((size_t)b * T + t) * d;
-            float mx = 0;
-            for (int i = 0; i < d; i++) {
-                float x = fabsf(r[i] - p[i]);
-                mx = x > mx ? x : mx;
-            }
-            if (mx >= tol) {
+            size_t row = ((size_t)b * T + t) * d;
+            if (max_abs_diff(Rk + row, Rp + row, d) >= tol) {
                 front = t;
                 break;
             }
