@@ -149,7 +149,7 @@ int latent_precision_parse(const char *s, latent_precision *out) {
     return -1;
 }
 
-const char *latent_kernel_path(void) { return latent_isa_name(latent_isa_active()); }
+const char *latent_kernel_path(void) { return latent_isa_path(); }
 
 latent_precision latent_precision_resolve(const latent_model *m, latent_precision p) {
     if (p != LATENT_PRECISION_AUTO) return p;

@@ -290,10 +290,13 @@ static void run_tiles(const bf16_micro *micros, int mr_max, int pair_major, floa
 }
 #endif
 
-static void run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0, int p1,
-                int acc) {
+void latent_gemm_bf16_run_on(latent_isa isa, const struct latent_amx_ops *tiles, float *out, int ldo, const uint16_t *xb,
+                             int m, int n, int k, const uint16_t *panels, int p0, int p1, int acc) {
+    if (tiles) { /* the amx and amx-model paths: gemm_amx.c */
+        latent_gemm_amx_run(tiles, out, ldo, xb, m, n, k, panels, p0, p1, acc);
+        return;
+    }
 #if defined(__x86_64__) && defined(__GNUC__)
-    latent_isa isa = latent_isa_active();
     if (isa >= LATENT_ISA_AVX512BF16) {
         run_tiles(dp_micros, MR_BF16, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
         return;
@@ -304,6 +307,11 @@ static void run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, co
     }
 #endif
     run_generic(0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
+}
+
+static void run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0, int p1,
+                int acc) {
+    latent_gemm_bf16_run_on(latent_isa_active(), latent_isa_tile_ops(), out, ldo, xb, m, n, k, panels, p0, p1, acc);
 }
 
 void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,

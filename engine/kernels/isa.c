@@ -2,6 +2,7 @@
  * says the CPU has, what XCR0 says the OS saves on a context switch, the
  * kernel's permission for AMX tile data, and the LATENT_ISA cap. One binary,
  * built for the x86-64 baseline, runs the best path each machine allows. */
+#include "kernels/amx_tile.h"
 #include "kernels/kernels.h"
 
 #include <pthread.h>
@@ -70,34 +71,83 @@ int latent_isa_parse(const char *s, latent_isa *out) {
 }
 
 /* Set once (pthread_once: the first callers may be several engine threads
- * at once); `active` changes later only through latent_isa_set. */
+ * at once); `active` and `model` change later only through latent_isa_set
+ * and latent_isa_set_path. */
 static latent_isa detected;
 static _Atomic int active;
-static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+static _Atomic int model;       /* the amx-model path */
+static int amx_check_failed;    /* the tile kernel's start-up self-check */
+static pthread_once_t isa_init_once = PTHREAD_ONCE_INIT;
+
+/* A wrong tile kernel must never serve: one small product through the tiles
+ * and through avx512bf16, before anything else runs. */
+static int amx_self_check_fails(void) {
+    double worst = 0;
+    if (latent_gemm_amx_selfcheck(&latent_amx_hw, LATENT_ISA_AVX512BF16, &worst) == 0) return 0;
+    fprintf(stderr, "latent: the AMX tile kernel disagrees with avx512bf16 beyond the bf16 bound (%.3g times it) "
+                    "in its start-up self-check; bf16 products run on avx512bf16\n", worst);
+    return 1;
+}
+
+static void apply(latent_isa isa, int use_model) {
+    latent_isa top = detected == LATENT_ISA_AMX && amx_check_failed ? LATENT_ISA_AVX512BF16 : detected;
+    if (use_model && isa > LATENT_ISA_AVX512BF16) isa = LATENT_ISA_AVX512BF16; /* tiles only through the model */
+    atomic_store(&model, use_model);
+    atomic_store(&active, isa < top ? isa : top);
+}
 
 static void isa_init(void) {
     detected = detect();
+    if (detected == LATENT_ISA_AMX) amx_check_failed = amx_self_check_fails();
     latent_isa cap = LATENT_ISA_AMX;
+    int use_model = 0;
     const char *env = getenv("LATENT_ISA");
-    if (env && *env && latent_isa_parse(env, &cap) != 0)
-        fprintf(stderr, "latent: LATENT_ISA=%s is not one of generic, avx2, avx512, avx512bf16, amx; ignored\n", env);
-    atomic_store(&active, cap < detected ? cap : detected);
+    if (env && *env && !strcmp(env, "amx-model")) use_model = 1;
+    else if (env && *env && latent_isa_parse(env, &cap) != 0)
+        fprintf(stderr, "latent: LATENT_ISA=%s is not one of generic, avx2, avx512, avx512bf16, amx, amx-model; ignored\n", env);
+    apply(cap, use_model);
 }
 
+static void isa_once(void) { pthread_once(&isa_init_once, isa_init); }
+
 latent_isa latent_isa_detected(void) {
-    pthread_once(&isa_once, isa_init);
+    isa_once();
     return detected;
 }
 
 int latent_isa_amx_refused(void) { return latent_isa_detected() >= LATENT_ISA_AVX512BF16 && amx_permitted == 0; }
 
 latent_isa latent_isa_active(void) {
-    pthread_once(&isa_once, isa_init);
+    isa_once();
     return (latent_isa)atomic_load_explicit(&active, memory_order_relaxed);
 }
 
 latent_isa latent_isa_set(latent_isa isa) {
-    latent_isa d = latent_isa_detected();
-    atomic_store(&active, isa < d ? isa : d);
+    isa_once();
+    apply(isa, 0);
     return latent_isa_active();
+}
+
+int latent_isa_set_path(const char *name) {
+    latent_isa isa = LATENT_ISA_AMX;
+    if (strcmp(name, "amx-model") && latent_isa_parse(name, &isa) != 0) return -1;
+    isa_once();
+    apply(isa, !strcmp(name, "amx-model"));
+    return 0;
+}
+
+const char *latent_isa_path(void) {
+    isa_once();
+    return atomic_load(&model) ? "amx-model" : latent_isa_name(latent_isa_active());
+}
+
+const struct latent_amx_ops *latent_isa_tile_ops(void) {
+    isa_once();
+    if (atomic_load_explicit(&model, memory_order_relaxed)) return &latent_amx_model;
+    return latent_isa_active() == LATENT_ISA_AMX ? &latent_amx_hw : NULL;
+}
+
+int latent_isa_amx_check_failed(void) {
+    isa_once();
+    return amx_check_failed;
 }

@@ -72,7 +72,7 @@ typedef enum {
     LATENT_ISA_AVX2,        /* AVX2 + FMA */
     LATENT_ISA_AVX512,      /* AVX-512 F + BW, ZMM state saved by the OS */
     LATENT_ISA_AVX512BF16,  /* + AVX512_BF16 (vdpbf16ps) */
-    LATENT_ISA_AMX          /* + AMX-BF16 tiles, permitted by the kernel (kernels: the avx512bf16 ones) */
+    LATENT_ISA_AMX          /* + AMX-BF16 tiles, permitted by the kernel (bf16 products: gemm_amx.c) */
 } latent_isa;
 
 /* The best level this machine and OS allow (asks for AMX permission once). */
@@ -86,6 +86,22 @@ const char *latent_isa_name(latent_isa isa);
 int latent_isa_parse(const char *s, latent_isa *out);   /* 0, or -1 for an unknown name */
 /* 1 when the CPU has AMX but the kernel refused the tile-data permission. */
 int latent_isa_amx_refused(void);
+
+/* The path the kernels run on, by name: a level above, or "amx-model": the
+ * tile kernel (gemm_amx.c) through the software model of the tile
+ * instructions (amx_tile.h) on any CPU, every other kernel on the best level
+ * up to avx512bf16. LATENT_ISA takes the same names. */
+const char *latent_isa_path(void);
+/* Tests: sets the path by name (levels capped as latent_isa_set); -1 for an
+ * unknown name. Engines and matrices prepared afterwards use it. */
+int latent_isa_set_path(const char *name);
+/* The tile operations bf16 products run on: latent_amx_hw on the amx path,
+ * latent_amx_model on amx-model, NULL on the vector paths. */
+struct latent_amx_ops;
+const struct latent_amx_ops *latent_isa_tile_ops(void);
+/* 1 when the CPU has AMX but the tile kernel failed its start-up self-check
+ * (the products then run on avx512bf16). */
+int latent_isa_amx_check_failed(void);
 
 /* ---- bf16 numbers ---- */
 
@@ -151,6 +167,22 @@ void latent_gemm_bf16_run_acc(float *out, int ldo, const uint16_t *xb, int m, in
  * vdpbf16ps path where the CPU has it, else plain C in the same order. */
 void latent_gemm_bf16_run_pm(float *out, int ldo, const uint16_t *xq, int m, int n, int k, const uint16_t *panels, int p0,
                              int p1, int acc);
+/* latent_gemm_bf16_run (acc 0) or _run_acc (1) on a path given here instead
+ * of the active one: the vector kernels of level isa, or the tile kernel
+ * through tiles when not NULL (the start-up self-check, tests). */
+void latent_gemm_bf16_run_on(latent_isa isa, const struct latent_amx_ops *tiles, float *out, int ldo, const uint16_t *xb,
+                             int m, int n, int k, const uint16_t *panels, int p0, int p1, int acc);
+
+/* The tile kernel (gemm_amx.c): latent_gemm_bf16_run's product on AMX tiles
+ * through ops (latent_amx_hw or latent_amx_model), with its own fixed
+ * reduction order (batch invariant; its bits differ from the vector paths'). */
+void latent_gemm_amx_run(const struct latent_amx_ops *ops, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
+                         const uint16_t *panels, int p0, int p1, int acc);
+/* One small product (remainders of rows, K and N included) through the tile
+ * kernel on ops and through the vector kernels of level vec; 0 when every
+ * element agrees within the bf16 products' F32 summation bound, else -1.
+ * *worst: the largest difference as a fraction of that bound. */
+int latent_gemm_amx_selfcheck(const struct latent_amx_ops *ops, latent_isa vec, double *worst);
 /* src (n) -> bf16; and two rows a, b (n) as pairs: dst[2j] = a[j], dst[2j+1]
  * = b[j] (b NULL: 0). Nearest even, as latent_f32_to_bf16. */
 void latent_bf16_round_span(uint16_t *dst, const float *src, int n);

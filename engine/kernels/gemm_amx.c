@@ -1,0 +1,154 @@
+/* BF16 x BF16 -> F32 products on AMX tiles, over the bf16 panels of
+ * gemm_bf16.c ([K/2][32][2] per 32-feature panel), written once against the
+ * tile layer (amx_tile.h): the same source runs on the hardware and through
+ * the software model.
+ *
+ * Operands, with the 2x2 blocking of amx_tile.h (32 rows x 32 features):
+ *   A[i]  16 rows of X, 16 k pairs: X's row layout read at its row stride;
+ *   B[j]  16 k pairs x 16 features: the panel read at stride 128 bytes, from
+ *         byte 0 (features 0..15) or 64 (16..31). No copy of the weights.
+ *
+ * Reduction order, for batch invariance by construction: each output
+ * element sums K in fixed blocks of AMX_KB pairs (the last one shorter, a
+ * multiple of 16 pairs), then the K % 16 remaining pairs as a block of their
+ * own (LDTILECFG zeroes the tiles, so a shorter instruction cannot join a
+ * running accumulation); each block is one tile accumulation from zero, the
+ * blocks are added to the output in k order. All of it is fixed by K: not by
+ * the number of rows, a row's place among them (the hardware computes tile
+ * rows independently: amx-notes), or which thread runs which panels. Rows
+ * that do not fill a tile, and panels past N (zero-padded when packed), only
+ * change how many rows and columns are written. */
+#include "kernels/amx_tile.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* k pairs per block: a 32-row slice of X (32 KiB) and a panel slice (32 KiB)
+ * stay in L2 while the row groups pass; fewer block sums to store and add. */
+#define AMX_KB 256
+#define TILE_P 16   /* k pairs per full tile instruction */
+
+typedef struct {
+    const latent_amx_ops *ops;
+    float *out;
+    int ldo;
+    const uint16_t *xb;   /* (m, kp pairs) bf16 */
+    int m, kp;
+    int acc;              /* add to out instead of storing the first block */
+} amx_call;
+
+/* The 32 x 32 block's C tiles written into out at (r0, c0): stored (the
+ * first block of a product) or added, for `rows` rows and `cols` features. */
+static void put_block(const amx_call *c, int r0, int rows, int c0, int cols, int first) {
+    static _Thread_local float buf[2][2][AMX_MAX_ROWS][16];
+    for (int i = 0; i < 2 && 16 * i < rows; i++)
+        for (int j = 0; j < 2; j++) c->ops->store(2 * i + j, buf[i][j], 16 * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        float *o = c->out + (size_t)(r0 + r) * c->ldo + c0;
+        const float *lo = buf[r / 16][0][r % 16], *hi = buf[r / 16][1][r % 16];
+        for (int f = 0; f < cols; f++) {
+            float v = f < 16 ? lo[f] : hi[f - 16];
+            o[f] = first ? v : o[f] + v;
+        }
+    }
+}
+
+/* One block of pairs [q0, q1) (steps of p) for rows [r0, r0 + rows) of one
+ * panel: tile accumulations from zero, then put into out. */
+static void run_block(const amx_call *c, const uint16_t *panel, int r0, int rows, int c0, int cols, int q0, int q1,
+                      int p) {
+    const latent_amx_ops *o = c->ops;
+    int two = rows > 16;
+    size_t lda = (size_t)c->kp * 4;    /* bytes between rows of X */
+    for (int t = 0; t < (two ? 4 : 2); t++) o->zero(t);
+    for (int q = q0; q < q1; q += p) {
+        const uint16_t *x = c->xb + (size_t)r0 * c->kp * 2 + (size_t)q * 2;
+        const uint16_t *w = panel + (size_t)q * GEMM_PANEL * 2;
+        o->load(4, x, lda);
+        if (two) o->load(5, x + (size_t)16 * c->kp * 2, lda);
+        o->load(6, w, GEMM_PANEL * 4);       /* features 0..15 of p pairs */
+        o->load(7, w + 32, GEMM_PANEL * 4);  /* features 16..31 */
+        o->dpbf16ps(0, 0), o->dpbf16ps(0, 1);
+        if (two) o->dpbf16ps(1, 0), o->dpbf16ps(1, 1);
+    }
+    put_block(c, r0, rows, c0, cols, q0 == 0 && !c->acc);
+}
+
+/* Rows [r0, r1) in groups of `group` rows (all the same size: one shape)
+ * over one panel: the full blocks in k order, then the remainder pairs. */
+static void run_rows(const amx_call *c, const uint16_t *panel, int r0, int r1, int group, int c0, int cols) {
+    int kfull = c->kp / TILE_P * TILE_P, rows0 = group < 16 ? group : 16, rows1 = group - rows0;
+    if (kfull > 0) {
+        latent_amx_shape(c->ops, rows0, rows1, TILE_P);
+        for (int q0 = 0; q0 < kfull; q0 += AMX_KB) {
+            int q1 = q0 + AMX_KB < kfull ? q0 + AMX_KB : kfull;
+            for (int r = r0; r < r1; r += group) run_block(c, panel, r, group, c0, cols, q0, q1, TILE_P);
+        }
+    }
+    if (kfull < c->kp) {
+        latent_amx_shape(c->ops, rows0, rows1, c->kp - kfull);
+        for (int r = r0; r < r1; r += group) run_block(c, panel, r, group, c0, cols, kfull, c->kp, c->kp - kfull);
+    }
+}
+
+void latent_gemm_amx_run(const latent_amx_ops *ops, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
+                         const uint16_t *panels, int p0, int p1, int acc) {
+    amx_call c = {ops, out, ldo, xb, m, (k + 1) / 2, acc};
+    if (m <= 0 || c.kp == 0) return;
+    int full = m / 32 * 32;
+    for (int pn = p0; pn < p1; pn++) {
+        const uint16_t *panel = panels + (size_t)pn * c.kp * GEMM_PANEL * 2;
+        int c0 = pn * GEMM_PANEL, cols = n - c0 < GEMM_PANEL ? n - c0 : GEMM_PANEL;
+        if (full) run_rows(&c, panel, 0, full, 32, c0, cols);
+        if (full < m) run_rows(&c, panel, full, m, m - full, c0, cols);
+    }
+}
+
+/* ---- the start-up self-check ---- */
+
+#define CHECK_M 19  /* a full and a partial 16-row tile */
+#define CHECK_N 45  /* a full panel and a partial one */
+#define CHECK_K 75  /* 38 pairs: two full 16-pair steps, a remainder of 6, odd K */
+
+static float check_value(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) / 8388608.0 - 1.0); /* [-1, 1) */
+}
+
+/* F32 summation bound of one element for two kernels that each add K
+ * rounded terms: |difference| <= 2 (K + 4) 2^-24 sum |x w|. */
+static double check_bound(const uint16_t *xr, const uint16_t *panels, int row, int k) {
+    double s = 0;
+    for (int i = 0; i < k; i++)
+        s += fabs((double)latent_bf16_to_f32(xr[i]) * latent_gemm_bf16_weight(panels, k, row, i));
+    return 2.0 * (k + 4) * 0x1p-24 * s + 0x1p-120;
+}
+
+int latent_gemm_amx_selfcheck(const latent_amx_ops *ops, latent_isa vec, double *worst) {
+    static _Thread_local float w[CHECK_N * CHECK_K], x[CHECK_K];
+    static _Thread_local uint16_t xb[CHECK_M * (CHECK_K + 1)];
+    static _Thread_local float tiles[CHECK_M * CHECK_N], vector[CHECK_M * CHECK_N];
+    int kp2 = (CHECK_K + 1) / 2 * 2, np;
+    uint32_t s = 12345;
+    uint16_t *panels;
+    for (int i = 0; i < CHECK_N * CHECK_K; i++) w[i] = check_value(&s);
+    if (latent_gemm_bf16_pack(&panels, &np, w, CHECK_N, CHECK_K) != 0) return -1;
+    for (int r = 0; r < CHECK_M; r++) { /* rounded by hand: latent_bf16_round_rows asks for the ISA, not set yet */
+        for (int i = 0; i < CHECK_K; i++) x[i] = check_value(&s) * (r + 1);
+        for (int i = 0; i < kp2; i++) xb[r * kp2 + i] = i < CHECK_K ? latent_f32_to_bf16(x[i]) : 0;
+    }
+    latent_gemm_bf16_run_on(vec, NULL, vector, CHECK_N, xb, CHECK_M, CHECK_N, CHECK_K, panels, 0, np, 0);
+    latent_gemm_bf16_run_on(vec, ops, tiles, CHECK_N, xb, CHECK_M, CHECK_N, CHECK_K, panels, 0, np, 0);
+    *worst = 0;
+    for (int r = 0; r < CHECK_M; r++)
+        for (int j = 0; j < CHECK_N; j++) {
+            double d = fabs((double)tiles[r * CHECK_N + j] - vector[r * CHECK_N + j]);
+            double q = d / check_bound(xb + r * kp2, panels, j, CHECK_K);
+            if (!(q <= *worst)) *worst = q; /* NaN included */
+        }
+    latent_gemm_bf16_free(panels, np, CHECK_K);
+    return *worst <= 1.0 ? 0 : -1;
+}
