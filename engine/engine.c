@@ -17,6 +17,7 @@
 
 #include "fault.h"
 #include "kernels/kernels.h"
+#include "kernels/q8.h"
 
 /* The matrices of one block, prepared for inference (see latent_linear). */
 typedef struct engine_layer {
@@ -34,6 +35,7 @@ struct latent_engine {
     latent_linear embed_bf16;     /* (vocab, d) under bf16 when the head is not tied */
     const latent_linear *embed_src; /* bf16 token rows (the head or embed_bf16); NULL: w->embed */
     latent_precision precision;   /* resolved: F32 or BF16 */
+    int q8;                       /* matrices held as int8 (--weights q8) */
     int recurrence;               /* 0: run the plain backbone (benchmark control) */
     latent_engine_stats stats;
 
@@ -88,6 +90,7 @@ static void engine_free_linears(latent_engine *e) {
 }
 
 static int init_linear(const latent_engine *e, latent_linear *l, const float *w, int out_dim, int in_dim) {
+    if (e->q8) return latent_linear_init_q8(l, w, out_dim, in_dim);
     if (e->precision == LATENT_PRECISION_BF16) return latent_linear_init_bf16(l, w, out_dim, in_dim);
     /* Without AVX-512 OpenBLAS outruns the portable panel kernels, but its
      * rounding depends on the row count: only when determinism is off. */
@@ -122,7 +125,7 @@ static int engine_init_linears(latent_engine *e) {
     if (w->lrt_shared_k) rc |= latent_linear_init(&e->lrt_k, w->lrt_shared_k, kvd, d);
     if (w->lrt_shared_v) rc |= latent_linear_init(&e->lrt_v, w->lrt_shared_v, kvd, d);
     rc |= latent_linear_init(&e->head, w->lm_head, c->vocab, d);
-    if (e->precision == LATENT_PRECISION_BF16) {
+    if (e->precision == LATENT_PRECISION_BF16 || e->q8) {
         if (w->lm_head == w->embed) e->embed_src = &e->head;
         else if ((rc |= latent_linear_init(&e->embed_bf16, w->embed, c->vocab, d)) == 0) e->embed_src = &e->embed_bf16;
     }
@@ -164,11 +167,29 @@ int latent_kv_dtype_choose(const char *setting, latent_precision resolved, laten
     return 0;
 }
 latent_precision latent_engine_precision(const latent_engine *e) { return e->precision; }
+
+int latent_weights_parse(const char *s, latent_weights_fmt *w, latent_precision *p) {
+    if (!strcmp(s, "auto") || !strcmp(s, "q8")) *w = s[0] == 'q' ? LATENT_WEIGHTS_Q8 : LATENT_WEIGHTS_AUTO;
+    else if (!strcmp(s, "f32") || !strcmp(s, "bf16")) latent_precision_parse(s, p), *w = LATENT_WEIGHTS_AUTO;
+    else return -1;
+    return 0;
+}
+
+latent_precision latent_engine_opts_precision(const latent_model *m, const latent_engine_opts *o) {
+    latent_precision p = o ? o->precision : LATENT_PRECISION_AUTO;
+    if (p == LATENT_PRECISION_AUTO && o && o->weights == LATENT_WEIGHTS_Q8) return LATENT_PRECISION_BF16;
+    return latent_precision_resolve(m, p);
+}
+
+const char *latent_engine_weights_name(const latent_engine *e) {
+    return e->q8 ? "q8" : latent_precision_name(e->precision);
+}
 int latent_engine_deterministic(const latent_engine *e) { return !e->attn.batch_variant; }
 
 static size_t linear_bytes(const latent_linear *l) {
     if (!l->out_dim) return 0;
     if (l->bf16) return latent_gemm_bf16_bytes(l->n_panels, l->in_dim);
+    if (l->q8) return latent_q8_bytes(l->n_panels, l->in_dim);
     if (l->packed) return latent_gemm_packed_bytes(l->n_panels, l->in_dim);
     return (size_t)l->out_dim * l->in_dim * sizeof(float);
 }
@@ -198,7 +219,8 @@ latent_engine *latent_engine_new_opts(const latent_model *m, const latent_engine
     e->m = m;
     e->cfg = &m->cfg;
     e->recurrence = 1;
-    e->precision = latent_precision_resolve(m, o ? o->precision : LATENT_PRECISION_AUTO);
+    e->precision = latent_engine_opts_precision(m, o);
+    e->q8 = o && o->weights == LATENT_WEIGHTS_Q8;
     e->attn.batch_variant = o && o->nondeterministic;
     if (engine_init_linears(e) != 0) {
         latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory preparing the weights for inference");

@@ -25,7 +25,8 @@ int cli_parse_double(const char *s, double lo, double hi, double *out);
 int cli_parse_ids(const char *s, int32_t **out);
 /* True when argv[i] is `name` and a value follows it (advances *i). */
 int cli_opt(int argc, char **argv, int *i, const char *name, const char **value);
-/* --precision auto|f32|bf16 into o->precision (exits 2 on a bad value). */
+/* --precision auto|f32|bf16 into o->precision, --weights auto|f32|bf16|q8
+ * into o->weights (latent_weights_parse); exits 2 on a bad value. */
 struct latent_engine_opts;
 int cli_precision_opt(int argc, char **argv, int *i, struct latent_engine_opts *o);
 /* A KV pool of CLI_PAGE_TOKENS-token pages for `seqs` sequences of up to

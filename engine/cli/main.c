@@ -95,6 +95,13 @@ int cli_opt(int argc, char **argv, int *i, const char *name, const char **value)
 
 int cli_precision_opt(int argc, char **argv, int *i, latent_engine_opts *o) {
     const char *v;
+    if (cli_opt(argc, argv, i, "--weights", &v)) {
+        if (latent_weights_parse(v, &o->weights, &o->precision) != 0) {
+            cli_fail("--weights must be auto, f32, bf16 or q8 (got '%s')", v);
+            exit(2);
+        }
+        return 1;
+    }
     if (!cli_opt(argc, argv, i, "--precision", &v)) return 0;
     if (latent_precision_parse(v, &o->precision) != 0) {
         cli_fail("--precision must be auto, f32 or bf16 (got '%s')", v);
@@ -106,7 +113,7 @@ int cli_precision_opt(int argc, char **argv, int *i, latent_engine_opts *o) {
 int cli_kv_pool(latent_kv_pool *pool, const latent_model *m, const latent_engine_opts *o, const char *kv_setting, int seqs,
                 int tokens, latent_err *err) {
     latent_kv_dtype kvd;
-    if (latent_kv_dtype_choose(kv_setting, latent_precision_resolve(m, o->precision), &kvd) != 0)
+    if (latent_kv_dtype_choose(kv_setting, latent_engine_opts_precision(m, o), &kvd) != 0)
         return latent_err_set(err, LATENT_E_INVALID, "--kv-dtype must be auto, f32 or bf16 (got '%s')", kv_setting);
     const int P = CLI_PAGE_TOKENS;
     size_t pages = (size_t)seqs * (latent_kv_pages_for(P, tokens) + 1);

@@ -29,13 +29,16 @@ typedef struct latent_linear {
     void *packed;         /* owned: F32 panels, or bf16 panels when bf16; NULL when BLAS is used */
     int n_panels;
     int bf16;             /* products in bf16 (weights and inputs rounded), F32 sums */
+    int q8;               /* int8 panels (q8.h): weights and inputs quantized per 32-block */
 } latent_linear;
 
 int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim);
 int latent_linear_init_blas(latent_linear *l, const float *w, int out_dim, int in_dim);
 /* The same matrix held in bf16 panels (latent_gemm_bf16_*), on every ISA. */
 int latent_linear_init_bf16(latent_linear *l, const float *w, int out_dim, int in_dim);
-/* Row `row` of W as F32 (bf16 values under bf16): embedding lookups from a
+/* The same matrix quantized to int8 panels (q8.h, --weights q8), on every ISA. */
+int latent_linear_init_q8(latent_linear *l, const float *w, int out_dim, int in_dim);
+/* Row `row` of W as F32 (bf16 or dequantized q8 values): embedding lookups from a
  * tied LM head without an F32 copy. */
 void latent_linear_row(const latent_linear *l, int row, float *out);
 void latent_linear_free(latent_linear *l);

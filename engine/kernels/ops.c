@@ -1,5 +1,6 @@
 /* Forward ops over row-major activations, each with a naive reference. */
 #include "kernels/kernels.h"
+#include "kernels/q8.h"
 #include "latent/threads.h"
 #include "hugemem.h"
 #include "kernels/simd_exp.h"
@@ -68,6 +69,7 @@ int latent_linear_init_bf16(latent_linear *l, const float *w, int out_dim, int i
 void latent_linear_free(latent_linear *l) {
     if (!l) return;
     if (l->packed && l->bf16) latent_gemm_bf16_free(l->packed, l->n_panels, l->in_dim);
+    else if (l->packed && l->q8) latent_q8_free(l->packed, l->n_panels, l->in_dim);
     else if (l->packed) latent_huge_free(l->packed, latent_gemm_packed_bytes(l->n_panels, l->in_dim));
     memset(l, 0, sizeof *l);
 }
@@ -75,6 +77,10 @@ void latent_linear_free(latent_linear *l) {
 void latent_linear_row(const latent_linear *l, int row, float *out) {
     if (l->bf16) {
         for (int i = 0; i < l->in_dim; i++) out[i] = latent_gemm_bf16_weight(l->packed, l->in_dim, row, i);
+        return;
+    }
+    if (l->q8) {
+        for (int i = 0; i < l->in_dim; i++) out[i] = latent_q8_weight(l->packed, l->in_dim, row, i);
         return;
     }
     if (l->w) {
@@ -93,6 +99,7 @@ typedef struct {
     int n_ls, n, total_panels, per_task;
     const float *x;
     const uint16_t *xb;   /* x rounded to bf16 (bf16 matrices) */
+    const q8_rows *xq;    /* x quantized (q8 matrices) */
 } linear_job;
 
 /* Task t computes panels [t*per_task, (t+1)*per_task) of the concatenation
@@ -106,6 +113,10 @@ static void linear_task(void *ctx, int task) {
         if (p1 <= 0 || p0 >= l->n_panels) continue;
         if (p0 < 0) p0 = 0;
         if (p1 > l->n_panels) p1 = l->n_panels;
+        if (l->q8) {
+            latent_gemm_q8_run(j->outs[i], l->out_dim, j->xq, l->out_dim, l->packed, p0, p1);
+            continue;
+        }
         if (l->bf16) {
             latent_gemm_bf16_run(j->outs[i], l->out_dim, j->xb, j->n, l->out_dim, l->in_dim, l->packed, p0, p1);
             continue;
@@ -158,7 +169,27 @@ void latent_linear_forward_multi(float *const *outs, const latent_linear *const 
      * enough to stream its panels at full speed. */
     int threads = latent_get_threads(), tasks = threads == 1 ? 1 : threads * 2;
     if (tasks > total) tasks = total;
-    linear_job j = {outs, ls, n_ls, n, total, (total + tasks - 1) / tasks, x, NULL};
+    linear_job j = {outs, ls, n_ls, n, total, (total + tasks - 1) / tasks, x, NULL, NULL};
+    /* q8 matrices share one quantization of x, like bf16's rounding below */
+    enum { STACK_Q8 = 16 * 1024 };
+    unsigned char stack_q8[ls[0]->q8 ? STACK_Q8 + 63 : 1];
+    void *heap_q8 = NULL;
+    q8_rows xq;
+    if (ls[0]->q8) {
+        size_t need = latent_q8_rows_bytes(n, ls[0]->in_dim);
+        void *buf = need <= STACK_Q8 ? (void *)(((uintptr_t)stack_q8 + 63) & ~(uintptr_t)63)
+                                     : (heap_q8 = aligned_alloc(64, (need + 63) / 64 * 64));
+        if (!buf) {
+            for (int r = 0; r < n; r++) {
+                float *row_outs[MAX_MULTI];
+                for (int i = 0; i < n_ls; i++) row_outs[i] = outs[i] + (size_t)r * ls[i]->out_dim;
+                latent_linear_forward_multi(row_outs, ls, n_ls, x + (size_t)r * ls[0]->in_dim, 1);
+            }
+            return;
+        }
+        latent_q8_rows_quantize(&xq, buf, x, n, ls[0]->in_dim);
+        j.xq = &xq;
+    }
     /* bf16 matrices share one rounding of x (every matrix of a call has the same in_dim) */
     enum { STACK_XB = 32 * 1024 };
     uint16_t stack_xb[ls[0]->bf16 ? STACK_XB : 1], *heap_xb = NULL;
@@ -178,6 +209,7 @@ void latent_linear_forward_multi(float *const *outs, const latent_linear *const 
     }
     latent_parallel_for(linear_task, &j, (total + j.per_task - 1) / j.per_task);
     free(heap_xb);
+    free(heap_q8);
 }
 
 void latent_linear_forward(float *out, const float *x, const latent_linear *l, int n) {

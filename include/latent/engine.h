@@ -39,6 +39,12 @@ typedef struct latent_engine latent_engine;
  * the checkpoint: BF16 matrices compute in bf16, F32 and F16 ones in f32. */
 typedef enum { LATENT_PRECISION_AUTO = 0, LATENT_PRECISION_F32, LATENT_PRECISION_BF16 } latent_precision;
 
+/* How the matrices are held (docs/model-format.md, "Int8 weights"): as the
+ * precision says (auto), or quantized at load to int8 with one scale per 32
+ * weights along K, inputs quantized likewise per row (q8). Under q8 the
+ * precision (auto: bf16) still sets the KV cache and anything not quantized. */
+typedef enum { LATENT_WEIGHTS_AUTO = 0, LATENT_WEIGHTS_Q8 } latent_weights_fmt;
+
 typedef struct latent_engine_opts {
     latent_precision precision;
     /* 0 (the default): every kernel is batch invariant, so a sequence's
@@ -47,10 +53,19 @@ typedef struct latent_engine_opts {
      * 1 (--deterministic false): faster kernels where they exist, whose
      * rounding depends on the batch (docs/benchmarks.md). */
     int nondeterministic;
+    latent_weights_fmt weights;
 } latent_engine_opts;
 
 const char *latent_precision_name(latent_precision p);          /* "auto", "f32", "bf16" */
 int latent_precision_parse(const char *s, latent_precision *out); /* 0, or -1 */
+/* --weights: "auto" or "q8" set *w; "f32" and "bf16" set *p instead (the
+ * weights as that precision holds them) and *w to auto. 0, or -1. */
+int latent_weights_parse(const char *s, latent_weights_fmt *w, latent_precision *p);
+/* The precision options o mean for model m: latent_precision_resolve, except
+ * that auto under q8 weights is bf16. o may be NULL. */
+latent_precision latent_engine_opts_precision(const latent_model *m, const latent_engine_opts *o);
+/* What the engine's matrices are held in: "f32", "bf16" or "q8". */
+const char *latent_engine_weights_name(const latent_engine *e);
 /* The instruction-set path the kernels take on this machine ("generic",
  * "avx2", "avx512", "avx512bf16", "amx"), after the LATENT_ISA cap. */
 const char *latent_kernel_path(void);
