@@ -4,7 +4,8 @@
 # under --precision f32, max|diff| / max|ref| over all positions must stay
 # below 1e-4. Also: T2MLR with gammas = 0 gives the plain model's logits bit
 # for bit. Then --precision bf16 on every kernel path this machine has
-# (`latent cpu`): against the reference computing the same bf16 contract
+# (`latent cpu`; amx-model runs the AMX tile kernel through its software
+# model): against the reference computing the same bf16 contract
 # (tol_bf16_contract) and against the exact one (tol_bf16_accuracy).
 # env: LATENT_BUILD (dir with `latent`), LATENT_ROOT, PYTHON.
 set -u
@@ -165,7 +166,7 @@ done
 # --precision bf16 on every kernel path: each model once as an F32 and once
 # as a BF16 checkpoint (auto then picks bf16 by itself).
 paths=$("$latent" cpu | awk '$1 == "paths" { $1 = ""; print }')
-echo "== bf16 on the kernel paths:$paths (skipped: $(for p in generic avx2 avx512 avx512bf16 amx; do
+echo "== bf16 on the kernel paths:$paths (skipped: $(for p in generic avx2 avx512 avx512bf16 amx amx-model; do
     case " $paths " in *" $p "*) ;; *) printf '%s ' "$p" ;; esac; done))"
 for dt in f32 bf16; do
     for entry in "${models[@]}"; do

@@ -8,7 +8,9 @@
  *   - with 1 thread or 2;
  * (head widths 16 and 64, the attention kernel's general and specialised code)
  * for plain, T2MLR and LRT models, under f32 and bf16 (KV cache following),
- * with 1 and 2 threads, on every instruction-set path this machine has.
+ * with 1 and 2 threads, on every instruction-set path this machine has and
+ * on amx-model (the AMX tile kernel through its software model; on an AMX
+ * machine the amx path runs the tile instructions themselves).
  * Compared with memcmp; a failure names the first differing position. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,11 +196,15 @@ int main(void) {
     };
     for (int i = 0; i < PROMPT + DECODE; i++) target[i] = rnd(VOCAB);
     latent_isa top = latent_isa_detected();
+    const char *paths[LATENT_ISA_AMX + 2];
+    int n_paths = 0;
+    for (int i = LATENT_ISA_GENERIC; i <= (int)top; i++) paths[n_paths++] = latent_isa_name((latent_isa)i);
+    paths[n_paths++] = "amx-model";
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
         latent_model m;
         if (tm_model(&m, kinds[k].c, 7 + k, 0) != 0) abort();
-        for (int isa = LATENT_ISA_GENERIC; isa <= (int)top; isa++) {
-            latent_isa_set((latent_isa)isa);
+        for (int path = 0; path < n_paths; path++) {
+            latent_isa_set_path(paths[path]);
             float *one_thread[2] = {NULL, NULL}; /* per precision: the reference with 1 thread */
             for (int threads = 1; threads <= 2; threads++) {
                 latent_set_threads(threads);
@@ -206,7 +212,7 @@ int main(void) {
                     latent_precision p = prec ? LATENT_PRECISION_BF16 : LATENT_PRECISION_F32;
                     char what[96];
                     snprintf(what, sizeof what, "%s %s %s %d thread%s", kinds[k].name, latent_precision_name(p),
-                             latent_isa_name((latent_isa)isa), threads, threads > 1 ? "s" : "");
+                             paths[path], threads, threads > 1 ? "s" : "");
                     int before = tu_failures;
                     float *ref = run_config(&m, p, what);
                     CHECK(tu_failures == before, "%s: not batch invariant (above)", what);
@@ -224,7 +230,7 @@ int main(void) {
         latent_weights_free(&m.w);
     }
     printf("paths tested:");
-    for (int i = LATENT_ISA_GENERIC; i <= (int)top; i++) printf(" %s", latent_isa_name((latent_isa)i));
+    for (int i = 0; i < n_paths; i++) printf(" %s", paths[i]);
     printf("; skipped (not on this machine):");
     for (int i = (int)top + 1; i <= LATENT_ISA_AMX; i++) printf(" %s", latent_isa_name((latent_isa)i));
     printf("\n");
