@@ -19,6 +19,7 @@
  *    _end a weight is packed at its first use and reused (a change to it
  *    inside the step is not seen, which the trainer never does); after the
  *    step, and outside any step, a changed weight is packed again. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,6 +155,15 @@ int main(void) {
     test_mode("plain", &plain, LATENT_TRAIN_PLAIN);
     test_mode("t2mlr jacobi", &t2, LATENT_TRAIN_JACOBI);
     test_mode("lrt", &lrt, LATENT_TRAIN_LRT);
+    /* the same on the AMX tile kernel (through its software model here; on
+     * the tiles themselves where the CPU has AMX) */
+    const char *tiles = latent_isa_detected() == LATENT_ISA_AMX ? "amx" : "amx-model";
+    latent_isa_set_path(tiles);
+    latent_set_threads(1);
+    test_products();
+    latent_set_threads(2);
+    test_mode(tiles, &plain, LATENT_TRAIN_PLAIN);
+    printf("products and the plain step also on %s\n", tiles);
     latent_weights_free(&plain.w), latent_weights_free(&t2.w), latent_weights_free(&lrt.w);
     return tu_finish("test_train_bf16");
 }
