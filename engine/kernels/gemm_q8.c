@@ -6,7 +6,8 @@
  * 32 * 127 * 127 in magnitude, so it is exact in int32 and in F32 however
  * it was summed. Only the scaling is rounded, in one fixed order, so the
  * VNNI and generic paths give the same bits, for any number of rows, any
- * row's place among them, and any split of panels over threads.
+ * row's place among them, and any split of panels over threads; the AMX
+ * tile path (gemm_q8_amx.c) too.
  *
  * vpdpbusd multiplies unsigned by signed bytes. The weights are the
  * unsigned operand, stored as w_q + 128; each row's block carries
@@ -15,6 +16,7 @@
  * Its four byte products per lane fit 16 bits (255 * 127), so nothing
  * saturates (vpdpbusd, not vpdpbusds). */
 #include "kernels/q8.h"
+#include "kernels/amx_tile.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -125,6 +127,8 @@ static int vnni_usable(void) {
 #endif
 
 const char *latent_q8_path(void) {
+    const latent_amx_ops *t = latent_isa_tile_ops();
+    if (t) return t->name;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (vnni_usable()) return "avx512vnni";
 #endif
@@ -132,6 +136,11 @@ const char *latent_q8_path(void) {
 }
 
 void latent_gemm_q8_run(float *out, int ldo, const q8_rows *x, int n, const uint8_t *panels, int p0, int p1) {
+    const latent_amx_ops *t = latent_isa_tile_ops();
+    if (t && (t != &latent_amx_hw || x->m >= Q8_AMX_MIN_ROWS)) {
+        latent_gemm_q8_amx(t, out, ldo, x, n, panels, p0, p1);
+        return;
+    }
 #if defined(__x86_64__) && defined(__GNUC__)
     if (vnni_usable()) {
         run_vnni(out, ldo, x, n, panels, p0, p1);

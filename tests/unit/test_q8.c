@@ -1,5 +1,6 @@
 /* Int8 weights (q8.h): the block quantizer's bounds, the panel layout, and
- * the product on every path this machine has (AVX512-VNNI and generic C):
+ * the product on every path this machine has (AVX512-VNNI, generic C, and
+ * the AMX-INT8 tile kernel through the tile layer's software model):
  * exactly the integer reference scaled in the documented order, the same
  * bits on every path and thread count, and batch invariant (a row alone
  * gives the bits it gets among any number of rows), for K that is not a
@@ -148,27 +149,29 @@ static void test_row_counts(void) {
 
 int main(void) {
     test_quantizer();
-    latent_isa top = latent_isa_detected();
-    /* generic C (any level below AVX-512), then VNNI where the CPU has it */
-    latent_isa levels[2] = {LATENT_ISA_GENERIC, top};
-    int n_levels = top >= LATENT_ISA_AVX512 ? 2 : 1;
-    float *results[2][N_SHAPES] = {{0}};
-    char paths[2][16] = {"", ""};
+    /* generic C, then the best vector path (VNNI where the CPU has it), then
+     * the AMX tile kernel through the software model of the tile layer */
+    const char *levels[3] = {"generic", latent_isa_name(latent_isa_detected()), "amx-model"};
+    float *results[3][N_SHAPES] = {{0}};
+    char paths[3][16] = {"", "", ""};
     for (int t = 1; t <= 2; t++) {
         latent_set_threads(t);
-        for (int li = 0; li < n_levels; li++) {
-            latent_isa_set(levels[li]);
+        for (int li = 0; li < 3; li++) {
+            CHECK(latent_isa_set_path(levels[li]) == 0, "path %s", levels[li]);
             snprintf(paths[li], sizeof paths[li], "%s", latent_q8_path());
             rs = 0x9E3779B97F4A7C15ULL; /* the same inputs on every path */
             for (int s = 0; s < N_SHAPES; s++) results[li][s] = check_shape(shapes[s][0], shapes[s][1], shapes[s][2]);
             test_row_counts();
         }
-        for (int s = 0; s < N_SHAPES && n_levels == 2; s++)
-            CHECK(memcmp(results[0][s], results[1][s], sizeof(float) * shapes[s][0] * shapes[s][1]) == 0,
-                  "%d threads: %s and %s differ on %dx%dx%d", t, paths[1], paths[0], shapes[s][0], shapes[s][1], shapes[s][2]);
-        for (int li = 0; li < 2; li++)
+        for (int li = 1; li < 3; li++)
+            for (int s = 0; s < N_SHAPES; s++)
+                CHECK(memcmp(results[0][s], results[li][s], sizeof(float) * shapes[s][0] * shapes[s][1]) == 0,
+                      "%d threads: %s and %s differ on %dx%dx%d", t, paths[li], paths[0], shapes[s][0], shapes[s][1],
+                      shapes[s][2]);
+        for (int li = 0; li < 3; li++)
             for (int s = 0; s < N_SHAPES; s++) free(results[li][s]), results[li][s] = NULL;
     }
-    printf("q8 kernels tested on: %s%s%s\n", paths[0], n_levels == 2 ? " " : "", n_levels == 2 ? paths[1] : "");
+    latent_isa_set_path(latent_isa_name(latent_isa_detected()));
+    printf("q8 kernels tested on: %s %s %s\n", paths[0], paths[1], paths[2]);
     return tu_finish("test_q8");
 }

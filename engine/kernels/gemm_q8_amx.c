@@ -1,0 +1,82 @@
+/* Int8 products on AMX tiles (TDPBSSD) through the tile layer (amx_tile.h),
+ * over the q8 panels of q8_pack.c: the same source runs on the hardware and
+ * through the software model.
+ *
+ * One 32 x 32 k-block is one tile accumulation with p = 8 byte quads, with
+ * the 2x2 blocking of amx_tile.h (32 rows x 32 features):
+ *   A[i]  16 rows of X's quantized block: the q8_rows layout read at its row
+ *         stride (nb * 32 bytes);
+ *   B[j]  8 quads x 16 features: the block's weights, [8][32][4], read at
+ *         stride 128 from byte 0 or 64. TDPBSSD multiplies signed by signed,
+ *         and the panels hold w_q + 128 for vpdpbusd, so each block is first
+ *         copied with its top bit flipped (v ^ 0x80 = w_q as a signed byte),
+ *         once per panel block for every row group.
+ * The tiles give each block's integer sum exactly (no +128 correction
+ * needed); it is scaled into out with the expression of the other paths,
+ *     out = fma((float) isum, w_scale * x_scale, b == 0 ? 0 : out),
+ * blocks in k order, so this path's bits are the VNNI and generic paths'. */
+#include "kernels/amx_tile.h"
+#include "kernels/kernels.h"
+#include "kernels/q8.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The block's C tiles scaled into out rows [r0, r0 + rows), features c0.. */
+static void put_block(const latent_amx_ops *o, float *out, int ldo, const q8_rows *x, int r0, int rows, int c0,
+                      int cols, int b, const float *ws) {
+    static _Thread_local int32_t c[2][2][AMX_MAX_ROWS][16];
+    for (int i = 0; i < 2 && 16 * i < rows; i++)
+        for (int j = 0; j < 2; j++) o->store(2 * i + j, c[i][j], 16 * sizeof(int32_t));
+    for (int r = 0; r < rows; r++) {
+        float *dst = out + (size_t)(r0 + r) * ldo + c0;
+        float xs = x->scale[(size_t)(r0 + r) * x->nb + b];
+        for (int f = 0; f < cols; f++) {
+            int32_t isum = c[r / 16][f / 16][r % 16][f % 16];
+            dst[f] = fmaf((float)isum, ws[f] * xs, b == 0 ? 0.0f : dst[f]);
+        }
+    }
+}
+
+/* Rows [r0, r0 + rows) (1..32) by one block of one panel, w the block's
+ * weights as signed bytes. */
+static void run_block(const latent_amx_ops *o, float *out, int ldo, const q8_rows *x, int r0, int rows, int c0, int cols,
+                      int b, const int8_t *w, const float *ws) {
+    int two = rows > 16;
+    size_t lda = (size_t)x->nb * Q8_BLOCK;
+    const int8_t *a = x->q + ((size_t)r0 * x->nb + b) * Q8_BLOCK;
+    for (int t = 0; t < (two ? 4 : 2); t++) o->zero(t);
+    o->load(4, a, lda);
+    if (two) o->load(5, a + 16 * lda, lda);
+    o->load(6, w, 4 * Q8_PANEL);       /* features 0..15 of 8 quads */
+    o->load(7, w + 64, 4 * Q8_PANEL);  /* features 16..31 */
+    o->dpbssd(0, 0), o->dpbssd(0, 1);
+    if (two) o->dpbssd(1, 0), o->dpbssd(1, 1);
+    put_block(o, out, ldo, x, r0, rows, c0, cols, b, ws);
+}
+
+/* Rows [r0, r1) in groups of `group` (1..32, one tile shape) by one panel,
+ * block by block in k order. */
+static void run_rows(const latent_amx_ops *o, float *out, int ldo, const q8_rows *x, int r0, int r1, int group,
+                     const uint8_t *panel, int c0, int cols) {
+    latent_amx_shape(o, group < 16 ? group : 16, group > 16 ? group - 16 : 0, 8);
+    for (int b = 0; b < x->nb; b++) {
+        const uint8_t *blk = panel + (size_t)b * Q8_BLOCK_BYTES;
+        _Alignas(64) int8_t w[Q8_BLOCK * Q8_PANEL];
+        float ws[Q8_PANEL];
+        for (int i = 0; i < Q8_BLOCK * Q8_PANEL; i++) w[i] = (int8_t)(blk[i] ^ 0x80);
+        memcpy(ws, blk + Q8_BLOCK * Q8_PANEL, sizeof ws);
+        for (int r = r0; r < r1; r += group) run_block(o, out, ldo, x, r, group, c0, cols, b, w, ws);
+    }
+}
+
+void latent_gemm_q8_amx(const latent_amx_ops *o, float *out, int ldo, const q8_rows *x, int n, const uint8_t *panels,
+                        int p0, int p1) {
+    int m = x->m, full = m / 32 * 32;
+    for (int pn = p0; pn < p1; pn++) {
+        const uint8_t *panel = panels + (size_t)pn * x->nb * Q8_BLOCK_BYTES;
+        int c0 = pn * Q8_PANEL, cols = n - c0 < Q8_PANEL ? n - c0 : Q8_PANEL;
+        if (full) run_rows(o, out, ldo, x, 0, full, 32, panel, c0, cols);
+        if (full < m) run_rows(o, out, ldo, x, full, m, m - full, panel, c0, cols);
+    }
+}
