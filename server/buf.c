@@ -18,6 +18,17 @@ static int reserve(srv_buf *b, size_t extra) {
     return 0;
 }
 
+int srv_buf_reserve(srv_buf *b, size_t n) {
+    if (b->len + n + 1 <= b->cap) return 0;
+    char *p = realloc(b->p, b->len + n + 1);
+    if (!p) {
+        b->oom = 1;
+        return -1;
+    }
+    b->p = p, b->cap = b->len + n + 1;
+    return 0;
+}
+
 void srv_buf_append(srv_buf *b, const void *data, size_t n) {
     if (reserve(b, n) != 0) return;
     if (n) memcpy(b->p + b->len, data, n);

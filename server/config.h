@@ -41,6 +41,11 @@ typedef struct srv_config {
     int max_connections;      /* --max-connections */
     int max_connections_per_client; /* --max-connections-per-client (0 = no limit) */
     int timeout_seconds;      /* --timeout-seconds: idle connection timeout */
+    int header_timeout_seconds; /* --header-timeout-seconds */
+    int body_timeout_seconds; /* --body-timeout-seconds */
+    long min_body_rate;       /* --min-body-rate: bytes/s */
+    int max_body_buffer_mib;  /* --max-body-buffer-mib */
+    int stream_stall_seconds; /* --stream-stall-seconds (0 = never) */
     double keepalive_seconds; /* --keepalive-seconds: SSE comment interval while queued */
     int prefix_cache;         /* --prefix-cache: finished sequences kept for prefix reuse (0 = off) */
     int retry_after;          /* --retry-after: seconds in 429/503 Retry-After */

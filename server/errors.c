@@ -27,6 +27,7 @@ static const struct {
     [SRV_ERR_NOT_IMPLEMENTED] = {501, "invalid_request_error", "not_implemented"},
     [SRV_ERR_DRAINING] = {503, "server_error", "server_shutting_down"},
     [SRV_ERR_NOT_READY] = {503, "server_error", "model_not_ready"},
+    [SRV_ERR_BUSY] = {503, "server_error", "server_busy"},
 };
 
 int srv_error_set(srv_error *e, srv_err_kind kind, const char *param, const char *fmt, ...) {

@@ -21,6 +21,7 @@ typedef enum srv_err_kind {
     SRV_ERR_NOT_IMPLEMENTED,  /* 501: a transfer coding we do not speak */
     SRV_ERR_DRAINING,         /* 503: shutting down */
     SRV_ERR_NOT_READY,        /* 503: model not loaded yet */
+    SRV_ERR_BUSY,             /* 503: a shared limit of the HTTP layer is spent (request-body memory) */
     SRV_ERR__COUNT
 } srv_err_kind;
 

@@ -262,6 +262,7 @@ static void tokenize_done(uv_work_t *w, int status) {
         gen_free(g);
         return;
     }
+    srv_conn_release_body(g->conn); /* parsed: its memory goes back to the body budget */
     if (status != 0 && g->tok_rc == 0) g->tok_rc = -1, srv_error_set(&g->tok_err, SRV_ERR_INTERNAL, NULL, "tokenization cancelled");
     srv_conn_wake(g->conn); /* on_request runs again: srv_gen_resume goes on */
 }
@@ -281,6 +282,11 @@ static int prepare(srv_ctx *x, srv_gen *g, srv_error *e) {
     if (n > x->cfg.max_sessions || total > cap)
         return srv_error_set(e, SRV_ERR_INVALID_FIELD, "n", "%ld sequences (%d prompt(s) x n=%d) exceed what this server runs at once (%d)",
                              total, g->n_prompts, n, n > x->cfg.max_sessions ? x->cfg.max_sessions : cap);
+    /* No retry could pass the per-client cap: 400, not 429. */
+    if (x->cfg.max_sequences_per_client > 0 && total > x->cfg.max_sequences_per_client)
+        return srv_error_set(e, SRV_ERR_INVALID_FIELD, "n",
+                             "%ld sequences (%d prompt(s) x n=%d) exceed the per-client limit of %d (max-sequences-per-client)",
+                             total, g->n_prompts, n, x->cfg.max_sequences_per_client);
     g->ids = calloc(g->n_prompts, sizeof *g->ids);
     g->n_ids = calloc(g->n_prompts, sizeof *g->n_ids);
     g->choices = calloc(total, sizeof *g->choices);
@@ -318,7 +324,9 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
         }
         g->tok_state = TOK_NONE; /* cannot queue: do it here */
     }
-    if (prepare(x, g, &e) != 0 || tokenize_all(x, g, &e) != 0 || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
+    int rc = prepare(x, g, &e);
+    srv_conn_release_body(c); /* parsed: its memory goes back to the body budget */
+    if (rc != 0 || tokenize_all(x, g, &e) != 0 || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
 }
 
 /* Who a request counts against: its API key (hashed: keys are not kept),

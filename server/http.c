@@ -18,69 +18,11 @@
 
 #include "buf.h"
 #include "http_framing.h"
+#include "http_guard.h"
+#include "http_internal.h"
 #include "log.h"
 
 #define LISTEN_BACKLOG 1024
-
-/* One TCP connection, from MHD's accept to its close. A uv_poll watches the
- * socket for the client hanging up for the connection's whole life: MHD's
- * edge-triggered epoll does not see a FIN that arrives with the last data
- * (it stops reading at a short read), and does not watch suspended
- * connections at all. */
-typedef struct srv_sock {
-    srv_http *h;
-    int fd;
-    uv_poll_t poll;
-    int poll_active;
-    int hung_up;
-    srv_conn *conn;           /* the request being served on it, if any */
-} srv_sock;
-
-struct srv_conn {
-    srv_http *h;
-    struct MHD_Connection *mc;
-    char method[16];
-    char *path;
-    char id[24];
-    double t_start;
-    srv_buf body;
-    int too_large;
-    int replied, status;
-    int suspended;
-    int streaming, stream_end;
-    int peer_gone, abort_told;
-    int want_drain;           /* on_drain when out empties */
-    srv_buf out;
-    size_t out_off;
-    double t_write;
-    srv_sock *sock;
-    void *data;
-    const srv_conn_handler *handler; /* attached by the request (srv_conn_attach) */
-    char **hdr_k, **hdr_v;    /* response headers the layer above added (grown as needed) */
-    int n_hdrs, cap_hdrs;
-    srv_conn *prev, *next;
-};
-
-struct srv_http {
-    uv_loop_t *loop;
-    struct MHD_Daemon *d;
-    uv_poll_t poll;           /* MHD's epoll fd */
-    uv_timer_t timer;         /* MHD's timeout, or 0 after a resume */
-    int in_run;
-    int kick;                 /* a connection was resumed: MHD must run again */
-    int listen_fd;
-    srv_http_opts o;
-    srv_http_cbs cbs;
-    void *ud;
-    srv_conn *conns;          /* every request MHD holds */
-    int n_conns;
-    int n_socks;              /* open connections */
-    unsigned long long accepts;          /* accept() calls MHD made, refused ones too */
-    unsigned long long accepts_seen;     /* ...at the last srv_http_accepting */
-    int queue_waited;         /* the listen queue had connections at the last srv_http_accepting */
-    int handles_open;
-    unsigned long long next_id;
-};
 
 double srv_now(void) {
     struct timespec ts;
@@ -166,6 +108,7 @@ static void kick(srv_http *h) {
     h->kick = 1;
     if (!h->in_run && h->d) uv_timer_start(&h->timer, on_timer, 0, 0);
 }
+void srv_http_kick(srv_http *h) { kick(h); }
 
 static void free_conn(srv_conn *c) {
     srv_buf_free(&c->body);
@@ -178,7 +121,7 @@ static void free_conn(srv_conn *c) {
 
 static void tell_abort(srv_conn *c);
 
-static void conn_peer_gone(srv_conn *c) {
+void srv_http_conn_peer_gone(srv_conn *c) {
     c->peer_gone = 1;
     tell_abort(c);
     srv_conn_wake(c);
@@ -194,7 +137,7 @@ static void on_sock_hangup(uv_poll_t *p, int status, int events) {
     s->poll_active = 0;
     s->hung_up = 1;
     shutdown(s->fd, SHUT_RD);
-    if (s->conn) conn_peer_gone(s->conn);
+    if (s->conn) srv_http_conn_peer_gone(s->conn);
     kick(s->h);
 }
 
@@ -222,12 +165,14 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         s->poll.data = s;
         if (uv_poll_start(&s->poll, UV_DISCONNECT, on_sock_hangup) == 0) s->poll_active = 1;
         *socket_context = s;
+        srv_guard_sock_opened(h, s);
         return;
     }
     h->n_socks--;
     srv_sock *s = *socket_context;
     if (s) {
         if (s->conn) s->conn->sock = NULL;
+        srv_guard_sock_closed(h, s);
         uv_close((uv_handle_t *)&s->poll, sock_closed); /* before MHD closes the fd */
         *socket_context = NULL;
     }
@@ -261,6 +206,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         size_t n = avail < max ? avail : max;
         memcpy(buf, c->out.p + c->out_off, n);
         c->out_off += n;
+        c->t_taken = srv_now();
         if (c->out_off == c->out.len) {
             srv_buf_reset(&c->out), c->out_off = 0;
             if (c->want_drain && c->handler) c->want_drain = 0, c->handler->drain(c->h->ud, c, c->data);
@@ -300,9 +246,15 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
             if (c->sock->hung_up) c->peer_gone = 1;
         }
         srv_error e;
-        if (srv_http_check_framing(mc, version, h->o.max_body, &e) != 0) {
+        unsigned long long content_length;
+        if (srv_http_check_framing(mc, version, h->o.max_body, &content_length, &e) != 0) {
             srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* what follows cannot be trusted */
             srv_conn_reply_error(c, &e, 0);
+            srv_guard_request_complete(c);
+        } else if (srv_guard_request_began(c, content_length, &e) != 0) {
+            srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* the body is not read */
+            srv_conn_reply_error(c, &e, h->o.retry_after_s);
+            srv_guard_request_complete(c);
         }
         return MHD_YES;
     }
@@ -311,20 +263,33 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!c->too_large && c->body.len + *upload_size > (size_t)h->o.max_body) {
-            c->too_large = 1;
+        c->t_body = srv_now();
+        if (!c->too_large && c->body.len + *upload_size > (size_t)h->o.max_body) c->too_large = 1;
+        if (!c->too_large && !c->over_budget && !srv_guard_body_fits(c, *upload_size)) c->over_budget = 1;
+        if (c->too_large || c->over_budget) {
             srv_buf_free(&c->body);
+            srv_guard_body_released(c);
+        } else {
+            srv_buf_append(&c->body, upload, *upload_size);
+            srv_guard_body_stored(c);
         }
-        if (!c->too_large) srv_buf_append(&c->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
+    srv_guard_request_complete(c);
     if (c->peer_gone) return MHD_NO;
     if (c->replied) return MHD_YES;
     if (c->too_large) {
         srv_error e;
         srv_error_set(&e, SRV_ERR_TOO_LARGE, NULL, "the request body is larger than the limit of %ld bytes", h->o.max_body);
         srv_conn_reply_error(c, &e, 0);
+        return MHD_YES;
+    }
+    if (c->over_budget) {
+        srv_error e;
+        srv_error_set(&e, SRV_ERR_BUSY, NULL, "the server is receiving too many request bodies (max-body-buffer-mib); retry later");
+        srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close");
+        srv_conn_reply_error(c, &e, h->o.retry_after_s);
         return MHD_YES;
     }
     if (c->body.oom) {
@@ -352,6 +317,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     if (c->peer_gone) tell_abort(c);
     h->cbs.on_close(h->ud, c);
     if (c->handler) c->handler->close(h->ud, c, c->data);
+    srv_guard_request_ended(c);
     if (c->prev) c->prev->next = c->next;
     else h->conns = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -378,7 +344,7 @@ srv_http *srv_http_start(uv_loop_t *loop, const srv_http_opts *o, const srv_http
     unsigned int flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     h->d = MHD_start_daemon(flags, 0, on_accept, h, on_access, h, MHD_OPTION_LISTEN_SOCKET, o->listen_fd,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)o->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(o->max_connections + SRV_GUARD_HEADROOM), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
                             (unsigned int)o->max_connections_per_client, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned int)o->timeout_s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h, MHD_OPTION_END);
     if (!h->d) {
@@ -396,7 +362,8 @@ srv_http *srv_http_start(uv_loop_t *loop, const srv_http_opts *o, const srv_http
     h->poll.data = h;
     uv_timer_init(loop, &h->timer);
     h->timer.data = h;
-    h->handles_open = 2;
+    srv_guard_start(h);
+    h->handles_open = 3;
     uv_poll_start(&h->poll, UV_READABLE, on_epoll);
     run(h);
     return h;
@@ -440,6 +407,8 @@ void srv_http_stop(srv_http *h) {
     if (h->listen_fd >= 0) close(h->listen_fd);
     uv_close((uv_handle_t *)&h->poll, handle_closed);
     uv_close((uv_handle_t *)&h->timer, handle_closed);
+    srv_guard_stop(h);
+    uv_close((uv_handle_t *)&h->guard_timer, handle_closed);
 }
 
 /* ---- requests ------------------------------------------------------------------------ */
@@ -550,7 +519,8 @@ void srv_conn_stream_start(srv_conn *c, int status, const char *ctype) {
     add_common_headers(c, r, ctype);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    if (MHD_queue_response(c->mc, (unsigned int)status, r) == MHD_YES) c->replied = 1, c->streaming = 1, c->status = status;
+    if (MHD_queue_response(c->mc, (unsigned int)status, r) == MHD_YES)
+        c->replied = 1, c->streaming = 1, c->status = status, c->t_taken = srv_now();
     MHD_destroy_response(r);
 }
 
@@ -559,6 +529,11 @@ void srv_conn_write(srv_conn *c, const char *data, size_t n) {
     srv_buf_append(&c->out, data, n);
     c->t_write = srv_now();
     srv_conn_wake(c);
+}
+
+void srv_conn_release_body(srv_conn *c) {
+    srv_buf_free(&c->body);
+    srv_guard_body_released(c);
 }
 
 size_t srv_conn_unsent(const srv_conn *c) { return c->out.len - c->out_off; }

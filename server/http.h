@@ -34,8 +34,25 @@ typedef struct srv_http_opts {
     int max_connections;
     int max_connections_per_client; /* 0 = no limit */
     int timeout_s;
+    /* The guard (http_guard.c): every connection's request has deadlines. */
+    int header_timeout_s;     /* a request's header complete this long after the connection opened (or its last request ended) */
+    int body_timeout_s;       /* a body with no bytes arriving this long is dropped */
+    long min_body_rate;       /* bytes/s a body must average after its first body_timeout_s */
+    size_t max_body_buffer;   /* request-body bytes held at once, all requests together (503 past it) */
+    int stream_stall_s;       /* a stream whose client takes no bytes this long is cancelled (0 = never) */
+    int retry_after_s;        /* Retry-After on the guard's 503 */
     const srv_strlist *cors_origins;
 } srv_http_opts;
+
+/* What the guard has done, since start (Prometheus counters). */
+typedef struct srv_http_guard_stats {
+    unsigned long long header_timeouts;  /* headers not complete within header_timeout_s */
+    unsigned long long body_timeouts;    /* bodies stalled or slower than min_body_rate */
+    unsigned long long evictions;        /* incomplete requests closed to let a new connection in */
+    unsigned long long body_refusals;    /* 503: the body budget was spent */
+    unsigned long long stream_stalls;    /* streams cancelled: their client took no bytes */
+    size_t body_bytes;                   /* gauge: request-body bytes held now */
+} srv_http_guard_stats;
 
 /* A listening socket: TCP on host:port (port 0 = a free one), or a unix
  * socket at unix_path when set. `desc` gets a printable address. */
@@ -50,6 +67,7 @@ void srv_http_quiesce(srv_http *h);
 int srv_http_accepting(srv_http *h);
 /* Requests MHD still holds. */
 int srv_http_active(const srv_http *h);
+void srv_http_get_guard_stats(const srv_http *h, srv_http_guard_stats *out);
 /* Ends every request, stops MHD, closes the handles (frees h once they are closed). */
 void srv_http_stop(srv_http *h);
 
@@ -60,6 +78,8 @@ const char *srv_conn_header(const srv_conn *c, const char *name);
 /* The peer's numeric address ("127.0.0.1", "::1"; "unix" for a unix socket). */
 void srv_conn_peer(const srv_conn *c, char *buf, size_t cap);
 const char *srv_conn_body(const srv_conn *c, size_t *len);
+/* The body is no longer needed (parsed): its memory goes back to the body budget. */
+void srv_conn_release_body(srv_conn *c);
 const char *srv_conn_id(const srv_conn *c);
 double srv_conn_started(const srv_conn *c);
 int srv_conn_status(const srv_conn *c);   /* status sent (0 = none yet) */

@@ -228,7 +228,11 @@ int main(int argc, char **argv) {
         x->cfg.unix_path = NULL;
     }
     srv_http_opts ho = {.listen_fd = fd, .max_body = x->cfg.max_body_bytes, .max_connections = x->cfg.max_connections,
-                        .max_connections_per_client = x->cfg.max_connections_per_client, .timeout_s = x->cfg.timeout_seconds, .cors_origins = &x->cfg.cors_origins};
+                        .max_connections_per_client = x->cfg.max_connections_per_client, .timeout_s = x->cfg.timeout_seconds,
+                        .header_timeout_s = x->cfg.header_timeout_seconds, .body_timeout_s = x->cfg.body_timeout_seconds,
+                        .min_body_rate = x->cfg.min_body_rate, .max_body_buffer = (size_t)x->cfg.max_body_buffer_mib << 20,
+                        .stream_stall_s = x->cfg.stream_stall_seconds, .retry_after_s = x->cfg.retry_after,
+                        .cors_origins = &x->cfg.cors_origins};
     srv_http_cbs cbs = {srv_routes_on_request, NULL, srv_routes_on_close}; /* generation requests attach their own abort */
     if (fd < 0 || !(x->http = srv_http_start(x->loop, &ho, &cbs, x, &err))) {
         srv_log(SRV_LOG_ERROR, "%s", err.msg);

@@ -109,6 +109,18 @@ void srv_metrics_render(srv_metrics *m, srv_buf *o, const srv_sched_stats *st, c
     gauge(o, "latentd_http_requests_in_flight", "HTTP requests being received or answered.", g->connections);
     gauge(o, "latentd_generation_requests_active", "Completion requests not yet answered in full.", g->requests_active);
     gauge(o, "latentd_sessions", "Sequence sessions alive (queued, running, or being delivered).", (double)g->sessions_live);
+    gauge(o, "latentd_http_body_buffer_bytes", "Request-body bytes held, all requests together (max-body-buffer-mib).",
+          (double)g->guard.body_bytes);
+    counter(o, "latentd_http_header_timeouts_total", "Connections closed: request header not complete within header-timeout-seconds.",
+            (double)g->guard.header_timeouts);
+    counter(o, "latentd_http_body_timeouts_total", "Connections closed: request body stalled or below min-body-rate.",
+            (double)g->guard.body_timeouts);
+    counter(o, "latentd_http_evictions_total", "Connections closed at max-connections to let a new one in (incomplete requests, oldest first).",
+            (double)g->guard.evictions);
+    counter(o, "latentd_http_body_buffer_refusals_total", "Requests answered 503: the request-body budget was spent.",
+            (double)g->guard.body_refusals);
+    counter(o, "latentd_stream_stalls_total", "Streams cancelled because their client took no bytes for stream-stall-seconds.",
+            (double)g->guard.stream_stalls);
     srv_sched_stats z = {0};
     if (!st) st = &z;
     gauge(o, "latentd_queue_length", "Sequences waiting for a slot or KV pages.", st->waiting);
@@ -126,6 +138,9 @@ void srv_metrics_render(srv_metrics *m, srv_buf *o, const srv_sched_stats *st, c
             (double)st->generated_tokens);
     counter(o, "latentd_preemptions_total", "Decoding sequences sent back to the queue to free KV pages (recomputed later).",
             (double)st->preemptions);
+    counter(o, "latentd_paused_preemptions_total",
+            "Of which: streams paused by backpressure (client not reading) that gave their slot to others.",
+            (double)st->paused_preemptions);
     counter(o, "latentd_engine_steps_total", "Engine steps.", (double)st->engine.steps);
     counter(o, "latentd_engine_rows_total", "Token rows processed by engine steps.", (double)st->engine.rows);
     counter(o, "latentd_engine_failed_steps_total", "Engine steps that failed.", (double)st->failed_steps);

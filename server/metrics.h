@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "http.h"
 #include "scheduler.h"
 
 typedef enum {
@@ -48,6 +49,7 @@ typedef struct srv_gauges {
     long sessions_live;       /* session objects alive */
     int draining, ready;
     int requests_active;      /* generation requests in flight */
+    srv_http_guard_stats guard; /* the HTTP guard's counters (http.h) */
 } srv_gauges;
 
 void srv_metrics_init(srv_metrics *m);

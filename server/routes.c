@@ -75,6 +75,7 @@ static void h_metrics(srv_ctx *x, srv_conn *c) {
     if (x->sched) srv_sched_get_stats(x->sched, &st);
     srv_gauges gg = {.connections = srv_http_active(x->http), .sessions_live = srv_session_live(), .draining = x->draining,
                      .ready = x->ready, .requests_active = x->n_gens};
+    if (x->http) srv_http_get_guard_stats(x->http, &gg.guard);
     srv_metrics_render(&x->metrics, &out, x->sched ? &st : NULL, &gg);
     srv_conn_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", out.p ? out.p : "", out.len);
     srv_buf_free(&out);

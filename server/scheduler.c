@@ -60,6 +60,7 @@ struct srv_sched {
     int n_done, cap_done;
     uint64_t admit_counter;
     long long prefill_tokens, reused_tokens, generated_tokens, failed_steps, preemptions;
+    long long paused_preemptions; /* of which: paused by backpressure, to let others run */
 };
 
 
@@ -415,13 +416,45 @@ static int start_session(srv_sched *s, srv_session *x, srv_session *leader, doub
     return 0;
 }
 
-/* Admits waiting groups in FIFO order while slots and pages allow. */
+static void preempt(srv_sched *s, srv_session *x);
+
+/* The first waiting group whose client reads (a paused group waits until
+ * its client drains: it would only hold a slot), or -1. */
+static int first_unpaused(const srv_sched *s) {
+    for (int i = 0; i < s->n_wait; i++)
+        if (!atomic_load(&s->wait[i]->paused)) return i;
+    return -1;
+}
+
+/* A session paused by backpressure holds a slot and pages that others
+ * need: the youngest one goes back to the queue (its sequence to the prefix
+ * cache), where it waits until its client reads again. 0 when none is paused. */
+static int preempt_paused(srv_sched *s) {
+    srv_session *v = NULL;
+    for (int i = 0; i < s->n_running; i++) {
+        srv_session *y = s->running[i];
+        if (y->state == SRV_ST_DECODE && atomic_load(&y->paused) && (!v || y->admit_order > v->admit_order)) v = y;
+    }
+    if (!v) return 0;
+    preempt(s, v);
+    compact_running(s);
+    s->paused_preemptions++;
+    return 1;
+}
+
+/* Admits waiting groups in FIFO order (skipping paused ones) while slots and
+ * pages allow; paused sessions make room for them. */
 static void admit(srv_sched *s) {
     uint8_t flow = (uint8_t)latent_engine_flow(s->cfg, 1);
     while (s->n_wait > 0) {
-        srv_session *g = s->wait[0];
+        int w = first_unpaused(s);
+        if (w < 0) return;
+        srv_session *g = s->wait[w];
         int n = group_size(g);
-        if (s->n_running > 0 && s->n_running + n > s->o.max_sessions) return;
+        if (s->n_running > 0 && s->n_running + n > s->o.max_sessions) {
+            if (preempt_paused(s)) continue;
+            return;
+        }
         int entry = -1, keep = 0, need;
         /* A fresh prompt keeps its last token to prefill (its logits are needed);
          * a replay needs no logits: the token it decodes next is known. */
@@ -438,10 +471,11 @@ static void admit(srv_sched *s) {
             need = all - full_pages(s, keep) + (n - 1) * (all - full_pages(s, g->n_prompt));
             if (need <= s->pool.n_free - committed_pages(s)) break;
             if (!srv_cache_evict_lru(&s->cache)) {
+                if (preempt_paused(s)) goto again; /* the queue moved: look again */
                 if (s->n_running > 0) return; /* wait for pages */
                 /* Nothing runs and nothing is cached: it can never fit. The loop
                  * checks this at submission; this is the backstop. */
-                memmove(&s->wait[0], &s->wait[1], (size_t)(s->n_wait - 1) * sizeof *s->wait);
+                memmove(&s->wait[w], &s->wait[w + 1], (size_t)(s->n_wait - w - 1) * sizeof *s->wait);
                 s->n_wait--;
                 fail(s, g, "the request needs more KV pages than the pool has");
                 for (int i = 0; i < g->n_followers; i++)
@@ -450,7 +484,7 @@ static void admit(srv_sched *s) {
             }
         }
         if (GROW(s->running, s->cap_running, s->n_running + n) != 0) return;
-        memmove(&s->wait[0], &s->wait[1], (size_t)(s->n_wait - 1) * sizeof *s->wait);
+        memmove(&s->wait[w], &s->wait[w + 1], (size_t)(s->n_wait - w - 1) * sizeof *s->wait);
         s->n_wait--;
         double now = now_s();
         if (start_session(s, g, NULL, now) != 0) {
@@ -479,6 +513,7 @@ static void admit(srv_sched *s) {
             if (start_session(s, f, g, now) != 0) fail(s, f, "out of memory");
         }
     next:;
+    again:;
     }
 }
 
@@ -809,6 +844,7 @@ static int publish(srv_sched *s, srv_session ***to_free, int *n_free, int *cap_f
     st->generated_tokens = s->generated_tokens;
     st->failed_steps = s->failed_steps;
     st->preemptions = s->preemptions;
+    st->paused_preemptions = s->paused_preemptions;
     st->engine = *latent_engine_get_stats(s->eng);
     return woke;
 }

@@ -40,6 +40,7 @@ typedef struct srv_sched_stats {
     int waiting, running, held;
     int pages_total, pages_free, pages_cached, cache_entries;
     long long prefill_tokens, reused_tokens, generated_tokens, failed_steps, preemptions;
+    long long paused_preemptions; /* of preemptions: sessions paused by backpressure, making room for others */
     size_t released_weight_bytes; /* the model's copies the engine repacked, given back at start */
     size_t weight_bytes;      /* weights the engine reads (latent_engine_weight_bytes) */
     latent_precision precision; /* what the engine computes in */

@@ -77,4 +77,34 @@ for i in $(seq 1 50); do [ "$(metric "$URL_E" latentd_sessions)" = 0 ] && break;
 check "the client's quota is given back when its request ends" bash -c "[ \$(curl -s -m 60 -o /dev/null -w '%{http_code}' $URL_E/v1/completions \
     -H 'Authorization: Bearer ka' -d '{\"prompt\":\"a\",\"n\":4,\"max_tokens\":2}') = 200 ]"
 stop_server E
+
+# metric_at_least URL NAME MIN: the metric is there and at least MIN.
+metric_at_least() {
+    local v; v=$(metric "$1" "$2")
+    [ -n "$v" ] && awk -v v="$v" -v m="$3" 'BEGIN { exit !(v + 0 >= m + 0) }' || { echo "$2 = '$v', want >= $3"; return 1; }
+}
+
+# --- part 2: a client that does not read, drip-fed headers from many addresses, held bodies ------
+start_server F "$model" --max-sessions 8 --max-sequences-per-client 8 --stream-stall-seconds 6 || exit 1
+check "sequences above the per-client cap: 400 naming the cap, not 429" bash -c "[ \$(curl -s -m 10 -o $tmp/n.json -w '%{http_code}' \
+    $URL_F/v1/completions -d '{\"prompt\":[\"a\",\"b\"],\"n\":5,\"max_tokens\":1}') = 400 ] && grep -q 'max-sequences-per-client' $tmp/n.json"
+check "a non-reading n=8 stream does not keep the others' slots" "$PY" "$attack" nonreader "$URL_F" 8 15
+check "a stream whose client reads nothing is cancelled at stream-stall-seconds" "$PY" "$attack" stall "$URL_F" 8 6
+check "...and counted" metric_at_least "$URL_F" latentd_stream_stalls_total 1
+check "paused streams gave their slots to others" metric_at_least "$URL_F" latentd_paused_preemptions_total 1
+stop_server F
+[ "$STOP_RC" = 0 ] && ok "exit 0 after non-reading streams" || fail "exit status after non-reading streams: $STOP_RC"
+
+start_server G "$model" --max-connections 48 --header-timeout-seconds 4 || exit 1
+check "drip-fed headers from 6 addresses x 10 connections, max-connections 48" "$PY" "$attack" drip "$URL_G" 6 10 30
+check "...closed by the header deadline" metric_at_least "$URL_G" latentd_http_header_timeouts_total 1
+check "...and by evictions at max-connections" metric_at_least "$URL_G" latentd_http_evictions_total 1
+stop_server G
+
+start_server H "$model" --max-body-buffer-mib 32 --body-timeout-seconds 5 || exit 1
+check "40 held 4 MiB bodies, max-body-buffer-mib 32: RSS bounded, others served" "$PY" "$attack" body-hold "$URL_H" "$PID_H" 40 4 48 5
+check "...503 past the budget, counted" metric_at_least "$URL_H" latentd_http_body_buffer_refusals_total 1
+check "...and every body's memory is given back" bash -c "[ \"\$(curl -s -m 5 $URL_H/metrics | awk '\$1 == \"latentd_http_body_buffer_bytes\" { print \$2 }')\" = 0 ]"
+stop_server H
+[ "$STOP_RC" = 0 ] && ok "exit 0 after held bodies" || fail "exit status after held bodies: $STOP_RC"
 finish
