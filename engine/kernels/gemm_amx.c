@@ -40,19 +40,23 @@ typedef struct {
     int acc;              /* add to out instead of storing the first block */
 } amx_call;
 
-/* The 32 x 32 block's C tiles written into out at (r0, c0): stored (the
- * first block of a product) or added, for `rows` rows and `cols` features. */
+/* n block sums stored into o (the product's first block) or added to it. */
+static void put_row(float *o, const float *sums, int n, int first) {
+    if (first) memcpy(o, sums, (size_t)n * sizeof *o);
+    else
+        for (int f = 0; f < n; f++) o[f] += sums[f];
+}
+
+/* The 32 x 32 block's C tiles written into out at (r0, c0), for `rows` rows
+ * and `cols` features: C[i][j] holds rows 16i.. and features 16j.. */
 static void put_block(const amx_call *c, int r0, int rows, int c0, int cols, int first) {
     static _Thread_local float buf[2][2][AMX_MAX_ROWS][16];
     for (int i = 0; i < 2 && 16 * i < rows; i++)
         for (int j = 0; j < 2; j++) c->ops->store(2 * i + j, buf[i][j], 16 * sizeof(float));
     for (int r = 0; r < rows; r++) {
         float *o = c->out + (size_t)(r0 + r) * c->ldo + c0;
-        const float *lo = buf[r / 16][0][r % 16], *hi = buf[r / 16][1][r % 16];
-        for (int f = 0; f < cols; f++) {
-            float v = f < 16 ? lo[f] : hi[f - 16];
-            o[f] = first ? v : o[f] + v;
-        }
+        put_row(o, buf[r / 16][0][r % 16], cols < 16 ? cols : 16, first);
+        if (cols > 16) put_row(o + 16, buf[r / 16][1][r % 16], cols - 16, first);
     }
 }
 

@@ -326,6 +326,8 @@ void latent_gemm_bf16_run_acc(float *out, int ldo, const uint16_t *xb, int m, in
 
 /* ---- pair-major X ---- */
 
+int latent_gemm_bf16_pair_major(void) { return latent_isa_active() >= LATENT_ISA_AVX512BF16 && !latent_isa_tile_ops(); }
+
 void latent_gemm_bf16_run_pm(float *out, int ldo, const uint16_t *xq, int m, int n, int k, const uint16_t *panels, int p0,
                              int p1, int acc) {
 #if defined(__x86_64__) && defined(__GNUC__)

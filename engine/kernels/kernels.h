@@ -170,6 +170,10 @@ void latent_gemm_bf16_run_acc(float *out, int ldo, const uint16_t *xb, int m, in
  * vdpbf16ps path where the CPU has it, else plain C in the same order. */
 void latent_gemm_bf16_run_pm(float *out, int ldo, const uint16_t *xq, int m, int n, int k, const uint16_t *panels, int p0,
                              int p1, int acc);
+/* 1 when a transposed operand is best packed pair-major for run_pm (the
+ * vdpbf16ps path); 0 when rounded into rows for latent_gemm_bf16_run (the
+ * tiles read rows of pairs; the other paths are as fast either way). */
+int latent_gemm_bf16_pair_major(void);
 /* latent_gemm_bf16_run (acc 0) or _run_acc (1) on a path given here instead
  * of the active one: the vector kernels of level isa, or the tile kernel
  * through tiles when not NULL (the start-up self-check, tests). */

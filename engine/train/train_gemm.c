@@ -227,9 +227,7 @@ int latent_tr_gemm_b(int ta, int M, int N, int K, const float *A, int lda, const
     int np = (N + GEMM_PANEL - 1) / GEMM_PANEL, kp2 = (K + 1) / 2 * 2;
     uint16_t *xb = grow((void **)&tl_xb, &tl_xb_cap, (size_t)M * kp2 * sizeof(uint16_t));
     if (!xb) return -1;
-    /* Pair-major feeds vdpbf16ps best; tiles read rows of pairs (A tiles), so
-     * on the amx paths the transposed operand is rounded into rows instead. */
-    if (ta && latent_isa_active() >= LATENT_ISA_AVX512BF16 && !latent_isa_tile_ops()) {
+    if (ta && latent_gemm_bf16_pair_major()) {
         pack_pair_major(xb, A, lda, M, K);
         latent_gemm_bf16_run_pm(C, ldc, xb, M, N, K, panels, 0, np, accumulate);
         return 0;
