@@ -13,12 +13,13 @@
 #include "latent/kv.h"
 #include "latent/model.h"
 #include "kernels/kernels.h"
+#include "kernels/q8.h"
 #include "latent/threads.h"
 
 static const char *help =
     "usage: latent bench [--model DIR] [--kinds plain,t2mlr,lrt] [--threads N] [--kernels]\n"
     "                    [--prefill N] [--decode N] [--batches 1,8,32,64] [--rounds R]\n"
-    "                    [--precision f32,bf16] [--determinism]\n"
+    "                    [--precision f32,bf16] [--weights bf16,q8] [--determinism]\n"
     "\n"
     "Measures prefill tokens/s (one sequence of --prefill tokens, default 512,\n"
     "and four such sequences prefilling together),\n"
@@ -39,6 +40,9 @@ static const char *help =
     "--precision runs every model in each listed precision (auto, f32, bf16;\n"
     "default auto: the checkpoint's, F32 for the standard model), one table\n"
     "each, with the bytes of weights the engine holds.\n"
+    "--weights does the same for a list of weight formats (f32, bf16, q8: int8\n"
+    "weights and activations, docs/model-format.md), after --precision's list\n"
+    "(given first) or instead of the default.\n"
     "--determinism instead measures what batch invariance costs: prefill and\n"
     "decode at batch 1 and 32 with the default kernels against\n"
     "--deterministic false (the fastest kernels whose rounding depends on the\n"
@@ -74,15 +78,15 @@ static int bench_decode(latent_engine *eng, const latent_model *m, int B, int st
 
 /* One model, each figure the best of `rounds`. Prefill alternates whole runs
  * with recurrence on and off; decoding interleaves their steps (bench_decode). */
-static int bench_model(const char *name, const latent_model *m, latent_precision precision, int prefill, int decode,
-                       const int *batches, int n_batches, int rounds) {
+static int bench_model(const char *name, const latent_model *m, latent_precision precision, latent_weights_fmt weights,
+                       int prefill, int decode, const int *batches, int n_batches, int rounds) {
     latent_err err;
-    latent_engine_opts eo = {.precision = precision};
+    latent_engine_opts eo = {.precision = precision, .weights = weights};
     latent_engine *eng = latent_engine_new_opts(m, &eo, &err);
     if (!eng) return cli_fail("%s", err.msg);
     int recurrent = m->cfg.rec != LATENT_REC_NONE;
-    printf("\n== %s, %s (kernels: %s; weights held: %.1f MB) ==\n", name, latent_precision_name(latent_engine_precision(eng)),
-           latent_kernel_path(), latent_engine_weight_bytes(eng) / 1e6);
+    printf("\n== %s, %s (kernels: %s; weights held: %.1f MB) ==\n", name, latent_engine_weights_name(eng),
+           weights == LATENT_WEIGHTS_Q8 ? latent_q8_path() : latent_kernel_path(), latent_engine_weight_bytes(eng) / 1e6);
     printf("%-22s %12s %10s %10s", "measure", "tokens/s", "p50 ms", "p99 ms");
     if (recurrent) printf(" %12s %10s %8s", "backbone t/s", "bb p50 ms", "ratio");
     printf("\n");
@@ -152,7 +156,8 @@ int cmd_bench(int argc, char **argv) {
     const char *dir = NULL, *kinds = "plain,t2mlr,lrt", *v;
     int kernels = 0, determinism = 0;
     long threads = 0, prefill = 512, decode = 64, rounds = 3;
-    latent_precision precs[3] = {LATENT_PRECISION_AUTO};
+    latent_precision precs[6] = {LATENT_PRECISION_AUTO};
+    latent_weights_fmt wts[6] = {LATENT_WEIGHTS_AUTO};
     int n_precs = 1;
     int batches[16] = {1, 8, 32, 64}, n_batches = 4;
     for (int i = 1; i < argc; i++) {
@@ -177,6 +182,16 @@ int cmd_bench(int argc, char **argv) {
                 if (n_precs == 3 || latent_precision_parse(tok, &precs[n_precs++]) != 0)
                     return cli_fail("bench: --precision must list auto, f32 or bf16 (got '%s')", v);
             if (n_precs == 0) return cli_fail("bench: --precision needs a value");
+            continue;
+        }
+        if (cli_opt(argc, argv, &i, "--weights", &v)) { /* appended to --precision's list, or replaces the default */
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", v);
+            if (n_precs == 1 && precs[0] == LATENT_PRECISION_AUTO && wts[0] == LATENT_WEIGHTS_AUTO) n_precs = 0;
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","), n_precs++)
+                if (n_precs == 6 || (precs[n_precs] = LATENT_PRECISION_AUTO,
+                                     latent_weights_parse(tok, &wts[n_precs], &precs[n_precs]) != 0))
+                    return cli_fail("bench: --weights must list f32, bf16 or q8 (got '%s')", v);
             continue;
         }
         if (cli_opt(argc, argv, &i, "--threads", &v)) {
@@ -216,7 +231,7 @@ int cmd_bench(int argc, char **argv) {
         int rc = 0;
         for (int p = 0; p < n_precs && rc == 0; p++)
             rc = determinism ? bench_determinism(&m, dir, precs[p], (int)prefill, (int)decode, (int)rounds)
-                             : bench_model(dir, &m, precs[p], (int)prefill, (int)decode, batches, n_batches, (int)rounds);
+                             : bench_model(dir, &m, precs[p], wts[p], (int)prefill, (int)decode, batches, n_batches, (int)rounds);
         latent_model_free(&m);
         return rc;
     }
@@ -231,7 +246,7 @@ int cmd_bench(int argc, char **argv) {
         int rc = 0;
         for (int p = 0; p < n_precs && rc == 0; p++)
             rc = determinism ? bench_determinism(&m, name, precs[p], (int)prefill, (int)decode, (int)rounds)
-                             : bench_model(name, &m, precs[p], (int)prefill, (int)decode, batches, n_batches, (int)rounds);
+                             : bench_model(name, &m, precs[p], wts[p], (int)prefill, (int)decode, batches, n_batches, (int)rounds);
         latent_weights_free(&m.w);
         if (rc) return rc;
     }

@@ -37,8 +37,9 @@ static void run_generic(float *out, int ldo, const q8_rows *x, int n, const uint
             float acc[Q8_PANEL] = {0};
             for (int b = 0; b < nb; b++) {
                 const uint8_t *blk = panel + (size_t)b * Q8_BLOCK_BYTES;
-                const int8_t *xq = x->q + ((size_t)r * nb + b) * Q8_BLOCK;
-                float ws[Q8_PANEL], xs = x->scale[(size_t)r * nb + b];
+                const q8_xblock *xb = latent_q8_xblock(x, r, b);
+                const int8_t *xq = xb->q;
+                float ws[Q8_PANEL], xs = xb->scale;
                 memcpy(ws, blk + Q8_BLOCK * Q8_PANEL, sizeof ws);
                 for (int j = 0; j < Q8_PANEL; j++) {
                     int32_t s = 0;
@@ -56,28 +57,30 @@ static void run_generic(float *out, int ldo, const q8_rows *x, int n, const uint
 
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
-/* MR rows (r0..) by one panel over every block. Per block: each row's two
- * int32 accumulators (features 0-15, 16-31) start at corr; eight quads of
- * k, each one 64-byte weight load per 16 features and the row's 4 x bytes
- * broadcast; then the block's sums are scaled into the F32 accumulators. */
-VNNI_TARGET __attribute__((always_inline)) static inline void vnni_micro(int MR, float *out, int ldo, const q8_rows *x,
-                                                                       int r0, const uint8_t *panel, int cols) {
-    int nb = x->nb;
+/* MR rows by one panel over every block, xr the first row's records (the
+ * others ld bytes apart). Per block: each row's two int32 accumulators
+ * (features 0-15, 16-31) start at corr; eight quads of k, each one 64-byte
+ * weight load per 16 features and the row's 4 x bytes broadcast; then the
+ * block's sums are scaled into the F32 accumulators. */
+VNNI_TARGET __attribute__((always_inline)) static inline void vnni_micro(int MR, float *out, int ldo,
+                                                                       const unsigned char *xr, size_t ld,
+                                                                       const uint8_t *panel, int nb, int cols) {
     __m512 f0[MR_Q8], f1[MR_Q8];
+    const unsigned char *row[MR_Q8];
 #pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) f0[r] = _mm512_setzero_ps(), f1[r] = _mm512_setzero_ps();
+    for (int r = 0; r < MR; r++) f0[r] = _mm512_setzero_ps(), f1[r] = _mm512_setzero_ps(), row[r] = xr + r * ld;
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk = panel + (size_t)b * Q8_BLOCK_BYTES;
         __m512i i0[MR_Q8], i1[MR_Q8];
 #pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) i0[r] = i1[r] = _mm512_set1_epi32(x->corr[(size_t)(r0 + r) * nb + b]);
+        for (int r = 0; r < MR; r++) i0[r] = i1[r] = _mm512_set1_epi32(((const q8_xblock *)row[r])->corr);
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++) {
             __m512i w0 = _mm512_load_si512((const void *)(blk + q * 128)), w1 = _mm512_load_si512((const void *)(blk + q * 128 + 64));
 #pragma GCC unroll 6
             for (int r = 0; r < MR; r++) {
                 int32_t quad;
-                memcpy(&quad, x->q + ((size_t)(r0 + r) * nb + b) * Q8_BLOCK + 4 * q, sizeof quad);
+                memcpy(&quad, row[r] + 4 * q, sizeof quad);
                 __m512i xv = _mm512_set1_epi32(quad);
                 i0[r] = _mm512_dpbusd_epi32(i0[r], w0, xv);
                 i1[r] = _mm512_dpbusd_epi32(i1[r], w1, xv);
@@ -86,9 +89,10 @@ VNNI_TARGET __attribute__((always_inline)) static inline void vnni_micro(int MR,
         __m512 s0 = _mm512_load_ps((const void *)(blk + Q8_BLOCK * Q8_PANEL)), s1 = _mm512_load_ps((const void *)(blk + Q8_BLOCK * Q8_PANEL + 64));
 #pragma GCC unroll 6
         for (int r = 0; r < MR; r++) {
-            __m512 xs = _mm512_set1_ps(x->scale[(size_t)(r0 + r) * nb + b]);
+            __m512 xs = _mm512_set1_ps(((const q8_xblock *)row[r])->scale);
             f0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0[r]), _mm512_mul_ps(s0, xs), f0[r]);
             f1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1[r]), _mm512_mul_ps(s1, xs), f1[r]);
+            row[r] += Q8_XBLOCK;
         }
     }
     __mmask16 m0 = latent_lane_mask16(cols), m1 = latent_lane_mask16(cols - 16);
@@ -100,12 +104,13 @@ VNNI_TARGET __attribute__((always_inline)) static inline void vnni_micro(int MR,
 }
 
 #define VNNI_FN(R)                                                                                                 \
-    VNNI_TARGET static void vnni_##R(float *out, int ldo, const q8_rows *x, int r0, const uint8_t *panel, int cols) { \
-        vnni_micro(R, out, ldo, x, r0, panel, cols);                                                                \
+    VNNI_TARGET static void vnni_##R(float *out, int ldo, const unsigned char *xr, size_t ld, const uint8_t *panel,  \
+                                     int nb, int cols) {                                                            \
+        vnni_micro(R, out, ldo, xr, ld, panel, nb, cols);                                                           \
     }
 VNNI_FN(1) VNNI_FN(2) VNNI_FN(3) VNNI_FN(4) VNNI_FN(5) VNNI_FN(6)
 
-typedef void (*q8_micro)(float *, int, const q8_rows *, int, const uint8_t *, int);
+typedef void (*q8_micro)(float *, int, const unsigned char *, size_t, const uint8_t *, int, int);
 static const q8_micro vnni_micros[MR_Q8] = {vnni_1, vnni_2, vnni_3, vnni_4, vnni_5, vnni_6};
 
 /* Each panel against every row tile: a panel (K 1536: 54 KiB) stays in L2
@@ -116,7 +121,8 @@ static void run_vnni(float *out, int ldo, const q8_rows *x, int n, const uint8_t
         const uint8_t *panel = panels + (size_t)pn * nb * Q8_BLOCK_BYTES;
         for (int i = 0; i < x->m; i += MR_Q8) {
             int mr = x->m - i < MR_Q8 ? x->m - i : MR_Q8;
-            vnni_micros[mr - 1](out + (size_t)i * ldo + (size_t)pn * Q8_PANEL, ldo, x, i, panel, panel_cols(n, pn));
+            vnni_micros[mr - 1](out + (size_t)i * ldo + (size_t)pn * Q8_PANEL, ldo, x->data + (size_t)i * x->ld, x->ld,
+                                panel, nb, panel_cols(n, pn));
         }
     }
 }

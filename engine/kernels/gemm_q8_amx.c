@@ -4,8 +4,8 @@
  *
  * One 32 x 32 k-block is one tile accumulation with p = 8 byte quads, with
  * the 2x2 blocking of amx_tile.h (32 rows x 32 features):
- *   A[i]  16 rows of X's quantized block: the q8_rows layout read at its row
- *         stride (nb * 32 bytes);
+ *   A[i]  16 rows of X's quantized block: the q of the rows' records, read
+ *         at the row stride of q8_rows;
  *   B[j]  8 quads x 16 features: the block's weights, [8][32][4], read at
  *         stride 128 from byte 0 or 64. TDPBSSD multiplies signed by signed,
  *         and the panels hold w_q + 128 for vpdpbusd, so each block is first
@@ -30,7 +30,7 @@ static void put_block(const latent_amx_ops *o, float *out, int ldo, const q8_row
         for (int j = 0; j < 2; j++) o->store(2 * i + j, c[i][j], 16 * sizeof(int32_t));
     for (int r = 0; r < rows; r++) {
         float *dst = out + (size_t)(r0 + r) * ldo + c0;
-        float xs = x->scale[(size_t)(r0 + r) * x->nb + b];
+        float xs = latent_q8_xblock(x, r0 + r, b)->scale;
         for (int f = 0; f < cols; f++) {
             int32_t isum = c[r / 16][f / 16][r % 16][f % 16];
             dst[f] = fmaf((float)isum, ws[f] * xs, b == 0 ? 0.0f : dst[f]);
@@ -43,8 +43,8 @@ static void put_block(const latent_amx_ops *o, float *out, int ldo, const q8_row
 static void run_block(const latent_amx_ops *o, float *out, int ldo, const q8_rows *x, int r0, int rows, int c0, int cols,
                       int b, const int8_t *w, const float *ws) {
     int two = rows > 16;
-    size_t lda = (size_t)x->nb * Q8_BLOCK;
-    const int8_t *a = x->q + ((size_t)r0 * x->nb + b) * Q8_BLOCK;
+    size_t lda = x->ld; /* A: each row's 32 q of block b, ld bytes apart */
+    const int8_t *a = latent_q8_xblock(x, r0, b)->q;
     for (int t = 0; t < (two ? 4 : 2); t++) o->zero(t);
     o->load(4, a, lda);
     if (two) o->load(5, a + 16 * lda, lda);

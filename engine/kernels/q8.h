@@ -36,15 +36,26 @@ float latent_q8_weight(const uint8_t *panels, int k, int row, int col);
  * activations on every path. */
 float latent_q8_quantize_block(int8_t q[Q8_BLOCK], const float *x, int len);
 
-/* Activation rows quantized for a product: row r's block b at
- * q + (r nb + b) 32, its scale at scale[r nb + b] and corr[r nb + b] =
- * -128 * sum of its 32 q. */
+/* Activation rows quantized for a product. Row r's block b is one record
+ * of Q8_XBLOCK bytes at data + r ld + b Q8_XBLOCK: its 32 q, its scale, and
+ * corr = -128 * sum of its q; one pointer a row walks every block (the
+ * kernels keep a register per row, not three). */
+typedef struct q8_xblock {
+    int8_t q[Q8_BLOCK];
+    float scale;
+    int32_t corr;
+} q8_xblock;
+#define Q8_XBLOCK ((int)sizeof(q8_xblock)) /* 40 */
+
 typedef struct q8_rows {
-    int8_t *q;        /* (m, nb * 32) */
-    float *scale;     /* (m, nb) */
-    int32_t *corr;    /* (m, nb) */
+    unsigned char *data;  /* (m, ld) bytes */
+    size_t ld;            /* bytes between rows: nb records, rounded up to 64 */
     int m, k, nb;
 } q8_rows;
+
+static inline const q8_xblock *latent_q8_xblock(const q8_rows *x, int r, int b) {
+    return (const q8_xblock *)(x->data + (size_t)r * x->ld + (size_t)b * Q8_XBLOCK);
+}
 
 /* Bytes of the buffer q8_rows_quantize carves for (m, k). */
 size_t latent_q8_rows_bytes(int m, int k);

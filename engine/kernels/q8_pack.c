@@ -6,6 +6,7 @@
 #include "kernels/q8.h"
 #include "kernels/kernels.h"
 #include "hugemem.h"
+#include "latent/threads.h"
 
 #include <float.h>
 #include <math.h>
@@ -75,30 +76,87 @@ float latent_q8_weight(const uint8_t *panels, int k, int row, int col) {
     return (float)((int)blk[(kk / 4) * 4 * Q8_PANEL + 4 * j + kk % 4] - 128) * scale;
 }
 
-static size_t up64(size_t b) { return (b + 63) / 64 * 64; }
+static size_t row_bytes(int k) { return ((size_t)latent_q8_blocks(k) * Q8_XBLOCK + 63) / 64 * 64; }
 
-size_t latent_q8_rows_bytes(int m, int k) {
-    size_t blocks = (size_t)m * latent_q8_blocks(k);
-    return up64(blocks * Q8_BLOCK) + up64(blocks * sizeof(float)) + up64(blocks * sizeof(int32_t));
+size_t latent_q8_rows_bytes(int m, int k) { return (size_t)m * row_bytes(k); }
+
+static void quantize_record(q8_xblock *xb, const float *x, int len) {
+    xb->scale = latent_q8_quantize_block(xb->q, x, len);
+    int32_t s = 0;
+    for (int kk = 0; kk < Q8_BLOCK; kk++) s += xb->q[kk];
+    xb->corr = -128 * s;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* latent_q8_quantize_block on the row's full blocks, 32 values in two
+ * registers: the same max, the same 127 / max and products, and vcvtps2dq
+ * rounds to nearest even (the default MXCSR mode) as round_even does, so the
+ * same bytes. Blocks with a non-finite value go to the scalar code. Returns
+ * the blocks done. */
+__attribute__((target("avx512f,avx512bw"))) static int quantize_row_avx512(q8_xblock *out, const float *x, int k) {
+    const __m512 big = _mm512_set1_ps(FLT_MAX);
+    const __m512i hi = _mm512_set1_epi32(127), lo = _mm512_set1_epi32(-127);
+    int b = 0;
+    for (; (b + 1) * Q8_BLOCK <= k; b++) {
+        __m512 a = _mm512_loadu_ps(x + b * Q8_BLOCK), c = _mm512_loadu_ps(x + b * Q8_BLOCK + 16);
+        __m512 aa = _mm512_abs_ps(a), ca = _mm512_abs_ps(c);
+        if (_mm512_cmp_ps_mask(aa, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(ca, big, _CMP_NLE_UQ)) {
+            quantize_record(&out[b], x + b * Q8_BLOCK, Q8_BLOCK);
+            continue;
+        }
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(aa, ca)), inv = 127.0f / amax;
+        if (amax == 0.0f || !(inv <= FLT_MAX)) {
+            memset(out[b].q, 0, Q8_BLOCK), out[b].scale = 0.0f, out[b].corr = 0;
+            continue;
+        }
+        __m512 vi = _mm512_set1_ps(inv);
+        __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vi)), qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, vi));
+        qa = _mm512_max_epi32(_mm512_min_epi32(qa, hi), lo), qc = _mm512_max_epi32(_mm512_min_epi32(qc, hi), lo);
+        _mm_storeu_si128((__m128i *)out[b].q, _mm512_cvtepi32_epi8(qa));
+        _mm_storeu_si128((__m128i *)(out[b].q + 16), _mm512_cvtepi32_epi8(qc));
+        out[b].scale = amax / 127.0f;
+        out[b].corr = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
+    }
+    return b;
+}
+#endif
+
+typedef struct {
+    q8_rows *r;
+    const float *x;
+    int rows_per_task, vector;
+} quantize_job;
+
+static void quantize_rows(void *ctx, int task) {
+    const quantize_job *j = ctx;
+    const q8_rows *r = j->r;
+    int r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task < r->m ? r0 + j->rows_per_task : r->m;
+    for (int i = r0; i < r1; i++) {
+        q8_xblock *out = (q8_xblock *)(r->data + (size_t)i * r->ld);
+        const float *xr = j->x + (size_t)i * r->k;
+        int b = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (j->vector) b = quantize_row_avx512(out, xr, r->k);
+#endif
+        for (; b < r->nb; b++) {
+            int len = r->k - b * Q8_BLOCK < Q8_BLOCK ? r->k - b * Q8_BLOCK : Q8_BLOCK;
+            quantize_record(&out[b], xr + (size_t)b * Q8_BLOCK, len);
+        }
+    }
 }
 
 void latent_q8_rows_quantize(q8_rows *r, void *buf, const float *x, int m, int k) {
-    int nb = latent_q8_blocks(k);
-    size_t blocks = (size_t)m * nb;
-    r->q = buf;
-    r->scale = (float *)((char *)buf + up64(blocks * Q8_BLOCK));
-    r->corr = (int32_t *)((char *)r->scale + up64(blocks * sizeof(float)));
-    r->m = m, r->k = k, r->nb = nb;
-    for (int i = 0; i < m; i++)
-        for (int b = 0; b < nb; b++) {
-            size_t at = (size_t)i * nb + b;
-            int len = k - b * Q8_BLOCK < Q8_BLOCK ? k - b * Q8_BLOCK : Q8_BLOCK;
-            int8_t *q = r->q + at * Q8_BLOCK;
-            r->scale[at] = latent_q8_quantize_block(q, x + (size_t)i * k + (size_t)b * Q8_BLOCK, len);
-            int32_t s = 0;
-            for (int kk = 0; kk < Q8_BLOCK; kk++) s += q[kk];
-            r->corr[at] = -128 * s;
-        }
+    r->data = buf, r->ld = row_bytes(k), r->m = m, r->k = k, r->nb = latent_q8_blocks(k);
+    quantize_job j = {r, x, m, latent_isa_active() >= LATENT_ISA_AVX512};
+    /* a prefill's rows over the threads; a few rows are not worth a section */
+    int threads = latent_get_threads();
+    if (threads > 1 && (size_t)m * k >= 32768) {
+        j.rows_per_task = (m + threads - 1) / threads;
+        latent_parallel_for(quantize_rows, &j, (m + j.rows_per_task - 1) / j.rows_per_task);
+    } else {
+        quantize_rows(&j, 0);
+    }
 }
 
 int latent_linear_init_q8(latent_linear *l, const float *w, int out_dim, int in_dim) {

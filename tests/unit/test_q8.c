@@ -122,6 +122,32 @@ static float *check_shape(int m, int n, int k) {
     return y;
 }
 
+/* Activation rows through latent_q8_rows_quantize (vectorised full blocks,
+ * rows split over threads) give the scalar quantizer's bytes, with zero,
+ * tiny, infinite and NaN blocks and a short last block among them. */
+static void test_rows_quantize(void) {
+    enum { M = 200, K = 200 }; /* 40000 values: split over the threads when there are two */
+    static float x[M * K];
+    static _Alignas(64) unsigned char buf[M * 512];
+    for (int i = 0; i < M * K; i++) x[i] = frand() * (i % 5 == 0 ? 50.0f : 1.0f);
+    float inf = 1.0f / 0.0f;
+    for (int i = 0; i < 32; i++) x[32 + i] = 0.0f, x[K + 64 + i] = 1e-39f * (i - 16);
+    x[2 * K + 100] = inf, x[3 * K + 5] = -inf, x[4 * K + 40] = inf - inf, x[5 * K + 31] = -0.0f;
+    int ok = 1;
+    q8_rows r;
+    latent_q8_rows_quantize(&r, buf, x, M, K);
+    for (int i = 0; i < M; i++)
+        for (int b = 0; b < r.nb; b++) {
+            const q8_xblock *xb = latent_q8_xblock(&r, i, b);
+            int8_t q[Q8_BLOCK];
+            int len = K - b * Q8_BLOCK < Q8_BLOCK ? K - b * Q8_BLOCK : Q8_BLOCK, sum = 0;
+            float s = latent_q8_quantize_block(q, x + (size_t)i * K + b * Q8_BLOCK, len);
+            for (int t = 0; t < Q8_BLOCK; t++) sum += q[t];
+            ok &= memcmp(q, xb->q, Q8_BLOCK) == 0 && memcmp(&s, &xb->scale, sizeof s) == 0 && xb->corr == -128 * sum;
+        }
+    CHECK(ok, "%s: quantized rows equal the scalar quantizer's bytes", latent_q8_path());
+}
+
 static const int shapes[][3] = {{1, 45, 17}, {3, 64, 576}, {13, 100, 257}, {40, 33, 300}, {7, 96, 32}, {64, 70, 100}};
 #define N_SHAPES (int)(sizeof shapes / sizeof shapes[0])
 
@@ -162,6 +188,7 @@ int main(void) {
             rs = 0x9E3779B97F4A7C15ULL; /* the same inputs on every path */
             for (int s = 0; s < N_SHAPES; s++) results[li][s] = check_shape(shapes[s][0], shapes[s][1], shapes[s][2]);
             test_row_counts();
+            test_rows_quantize();
         }
         for (int li = 1; li < 3; li++)
             for (int s = 0; s < N_SHAPES; s++)
