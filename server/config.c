@@ -43,6 +43,8 @@ static const opt opts[] = {
     {"threads", OPT_INT, O(threads), "0", 0, 1024, NULL, "N", "engine threads (0 = online cores)"},
     {"precision", OPT_STR, O(precision), "auto", 0, 0, "auto|f32|bf16", "P",
      "what the matrix products compute in (auto: bf16 for BF16 checkpoints, else f32)"},
+    {"weights", OPT_STR, O(weights), "auto", 0, 0, "auto|f32|bf16|q8", "W",
+     "how the matrices are held: as the precision says (auto, f32, bf16) or int8 with a scale per 32 (q8)"},
     {"kv-dtype", OPT_STR, O(kv_dtype), "auto", 0, 0, "auto|f32|bf16", "T",
      "what the KV cache stores (auto: bf16 under bf16, else f32)"},
     {"deterministic", OPT_STR, O(deterministic), "true", 0, 0, "true|false", "B",

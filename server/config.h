@@ -26,6 +26,7 @@ typedef struct srv_config {
     int max_tokens;           /* --max-tokens: cap (and default) of generated tokens per request */
     int threads;              /* --threads: engine threads (0 = online cores) */
     char *precision;          /* --precision auto|f32|bf16 */
+    char *weights;            /* --weights auto|f32|bf16|q8 */
     char *kv_dtype;           /* --kv-dtype auto|f32|bf16 */
     char *deterministic;      /* --deterministic true|false */
     srv_strlist api_keys;     /* --api-key (repeatable) */

@@ -57,6 +57,7 @@ static void load_work(uv_work_t *w) {
                         .step_tokens = x->cfg.step_tokens, .prefill_chunk = x->cfg.prefill_chunk,
                         .cache_entries = x->cfg.prefix_cache};
     latent_precision_parse(x->cfg.precision, &o.engine.precision); /* checked by the settings table */
+    latent_weights_parse(x->cfg.weights, &o.engine.weights, &o.engine.precision); /* f32, bf16 set the precision */
     o.kv_dtype = x->cfg.kv_dtype;
     o.engine.nondeterministic = strcmp(x->cfg.deterministic, "false") == 0;
     latent_err err;
@@ -69,7 +70,8 @@ static void load_work(uv_work_t *w) {
     if (!o.engine.nondeterministic) {
         srv_sched_stats st;
         srv_sched_get_stats(x->loaded_sched, &st);
-        srv_fingerprint(x->fingerprint, sizeof x->fingerprint, latent_precision_name(st.precision),
+        srv_fingerprint(x->fingerprint, sizeof x->fingerprint,
+                        o.engine.weights == LATENT_WEIGHTS_Q8 ? "q8" : latent_precision_name(st.precision),
                         latent_kv_dtype_name(st.kv_dtype), latent_kernel_path());
     }
 }
@@ -98,12 +100,13 @@ static void load_done(uv_work_t *w, int status) {
     srv_sched_stats st;
     srv_sched_get_stats(x->sched, &st);
     srv_log(SRV_LOG_INFO, "model %s loaded as '%s': %s, d %d, %d layers, vocab %d, context %d; chat template %s; "
-                          "KV pool %d pages of %d tokens (%ld MiB, %s); %d engine threads; precision %s, kernels %s%s%s; "
+                          "KV pool %d pages of %d tokens (%ld MiB, %s); %d engine threads; precision %s, weights %s, kernels %s%s%s; "
                           "%.1f MiB of weights held, %.1f MiB of unpacked weights released",
             x->cfg.model_dir, x->served_name,
             c->rec == LATENT_REC_T2MLR ? "T2MLR" : c->rec == LATENT_REC_LRT ? "LRT" : "Llama", c->d, c->n_layers, c->vocab,
             c->max_pos, srv_tmpl_name(x->tmpl.kind), srv_sched_pool_pages(x->sched), x->cfg.page_tokens, x->cfg.kv_pool_mib, latent_kv_dtype_name(st.kv_dtype),
-            latent_get_threads(), latent_precision_name(st.precision), latent_kernel_path(),
+            latent_get_threads(), latent_precision_name(st.precision),
+            strcmp(x->cfg.weights, "q8") ? latent_precision_name(st.precision) : "q8", latent_kernel_path(),
             x->fingerprint[0] ? ", deterministic, system_fingerprint " : ", not deterministic (--deterministic false)",
             x->fingerprint, st.weight_bytes / 1048576.0,
             st.released_weight_bytes / 1048576.0);

@@ -105,7 +105,7 @@ srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     latent_kv_dtype kvd;
-    if (latent_kv_dtype_choose(o->kv_dtype ? o->kv_dtype : "auto", latent_precision_resolve(m, o->engine.precision), &kvd) != 0) {
+    if (latent_kv_dtype_choose(o->kv_dtype ? o->kv_dtype : "auto", latent_engine_opts_precision(m, &o->engine), &kvd) != 0) {
         latent_err_set(err, LATENT_E_INVALID, "kv-dtype must be auto, f32 or bf16 (got '%s')", o->kv_dtype);
         goto fail;
     }
