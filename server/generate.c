@@ -63,6 +63,16 @@ static int tokenize(srv_ctx *x, srv_gen *g, int i, srv_error *e) {
     } else {
         text = g->req.prompts[i].text, len = g->req.prompts[i].len;
     }
+    /* Each token stands for at most max_token_bytes of text (a factor of 4
+     * more covers normalizers that fold text): a prompt longer than that
+     * times the context cannot fit, and is refused before tokenizing it. */
+    size_t ctx = (size_t)x->model.cfg.max_pos, surely = len / (4 * (size_t)(x->max_token_bytes > 0 ? x->max_token_bytes : 1));
+    if (surely > ctx) {
+        free(rendered);
+        return srv_error_set(e, SRV_ERR_CONTEXT_LENGTH, g->chat ? "messages" : "prompt",
+                             "This model's maximum context length is %zu tokens. However, your prompt has at least %zu tokens "
+                             "(%zu bytes).", ctx, surely, len);
+    }
     int cap = len + 1 < (size_t)INT32_MAX ? (int)len + 1 : INT32_MAX;
     int n = -1;
     if ((g->ids[i] = malloc((size_t)cap * sizeof(int32_t)))) {
@@ -231,6 +241,11 @@ static void stream_choice(srv_gen *g, srv_choice *ch, srv_buf *out) {
  * 0.3 s of CPU to tokenize, and 2 cores have none to spare while decoding). */
 #define ASYNC_BODY_BYTES (16 * 1024)
 #define BIG_REQUEST_NICE 19
+/* Bodies over this many bytes take one lane of libuv's pool (4 threads) at
+ * a time, queued in order, so that a burst of multi-megabyte prompts leaves
+ * three threads to the 16 KiB-1 MiB bodies behind them. */
+#define BIG_BODY_BYTES (1024 * 1024)
+#define BIG_LANES 1
 
 static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e);
 
@@ -255,9 +270,47 @@ static void tokenize_work(uv_work_t *w) {
     g->tok_rc = prepare(g->x, g, &g->tok_err) != 0 || tokenize_all(g->x, g, &g->tok_err) != 0 ? -1 : 0;
 }
 
+static void tokenize_done(uv_work_t *w, int status);
+
+/* g's body goes to the thread pool: 0, or -1 when it cannot be queued. */
+static int queue_tokenize(srv_ctx *x, srv_gen *g) {
+    g->tok_state = TOK_RUNNING;
+    g->tok_work.data = g;
+    if (uv_queue_work(x->loop, &g->tok_work, tokenize_work, tokenize_done) != 0) return -1;
+    if (g->big) x->big_running++;
+    return 0;
+}
+
+/* Starts queued big bodies while the lane has room. */
+static void start_big(srv_ctx *x) {
+    while (x->big_head && x->big_running < BIG_LANES) {
+        srv_gen *g = x->big_head;
+        x->big_head = g->big_next;
+        if (!x->big_head) x->big_tail = NULL;
+        g->big_next = NULL;
+        if (queue_tokenize(x, g) != 0) { /* srv_gen_resume answers the error */
+            g->tok_state = TOK_DONE, g->tok_rc = -1;
+            srv_error_set(&g->tok_err, SRV_ERR_INTERNAL, NULL, "cannot queue the request's parsing");
+            srv_conn_wake(g->conn);
+        }
+    }
+}
+
+static void unqueue_big(srv_ctx *x, srv_gen *g) {
+    srv_gen **pp = &x->big_head, *prev = NULL;
+    while (*pp && *pp != g) prev = *pp, pp = &(*pp)->big_next;
+    if (!*pp) return;
+    *pp = g->big_next;
+    if (x->big_tail == g) x->big_tail = prev;
+    g->big_next = NULL;
+    g->tok_state = TOK_NONE;
+}
+
 static void tokenize_done(uv_work_t *w, int status) {
     srv_gen *g = w->data;
+    srv_ctx *x = g->x;
     g->tok_state = TOK_DONE;
+    if (g->big) x->big_running--, start_big(x);
     if (g->close_pending) { /* the client left and the connection closed meanwhile */
         gen_free(g);
         return;
@@ -316,9 +369,16 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
     size_t body_len;
     srv_conn_body(c, &body_len);
     if (body_len > ASYNC_BODY_BYTES) {
-        g->tok_state = TOK_RUNNING;
-        g->tok_work.data = g;
-        if (uv_queue_work(x->loop, &g->tok_work, tokenize_work, tokenize_done) == 0) {
+        g->big = body_len > BIG_BODY_BYTES;
+        if (g->big && x->big_running >= BIG_LANES) { /* waits for the big-body lane */
+            g->tok_state = TOK_QUEUED;
+            if (x->big_tail) x->big_tail->big_next = g;
+            else x->big_head = g;
+            x->big_tail = g;
+            srv_conn_suspend(c);
+            return;
+        }
+        if (queue_tokenize(x, g) == 0) {
             srv_conn_suspend(c);
             return;
         }
@@ -478,7 +538,8 @@ static void srv_gen_drained(srv_ctx *x, srv_gen *g) {
 }
 
 static void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g) {
-    if (g->tok_state == TOK_RUNNING) {
+    if (g->tok_state == TOK_QUEUED && g->err.kind != SRV_ERR_NONE) unqueue_big(x, g); /* drained while waiting: never parsed */
+    if (g->tok_state == TOK_RUNNING || g->tok_state == TOK_QUEUED) {
         if (g->err.kind != SRV_ERR_NONE) { /* drained while tokenizing */
             g->complete = 1;
             srv_reply_error(x, c, &g->err);
@@ -634,6 +695,7 @@ static void srv_gen_close(srv_ctx *x, srv_gen *g) {
         srv_metrics_observe(&x->metrics, SRV_H_E2E, srv_now() - g->t_start);
     }
     unlink_gen(x, g);
+    if (g->tok_state == TOK_QUEUED) unqueue_big(x, g);
     if (g->tok_state == TOK_RUNNING) { /* the thread pool still writes g: tokenize_done frees it */
         g->close_pending = 1;
         return;

@@ -53,7 +53,9 @@ struct srv_gen {
     int failed;               /* answered with an error before generating */
     int paused;               /* its client is not reading: sessions paused (backpressure) */
     int started;              /* sessions submitted */
-    enum { TOK_NONE = 0, TOK_RUNNING, TOK_DONE } tok_state; /* prompts tokenizing on the thread pool */
+    enum { TOK_NONE = 0, TOK_QUEUED, TOK_RUNNING, TOK_DONE } tok_state; /* prompts tokenizing on the thread pool */
+    int big;                  /* a body for the big-body lane (generate.c) */
+    srv_gen *big_next;        /* in x->big_head's queue while TOK_QUEUED */
     uv_work_t tok_work;
     int tok_rc;
     srv_error tok_err;

@@ -76,6 +76,16 @@ static void load_work(uv_work_t *w) {
     }
 }
 
+static int longest_token(const latent_tokenizer *t) {
+    char buf[1024];
+    int most = 1;
+    for (int id = 0, v = latent_tokenizer_vocab_size(t); id < v; id++) {
+        int n = latent_tokenizer_token_bytes(t, id, buf, sizeof buf);
+        if (n > most) most = n;
+    }
+    return most;
+}
+
 static void load_done(uv_work_t *w, int status) {
     srv_ctx *x = w->data;
     if (x->load_rc != 0 || status != 0) {
@@ -86,6 +96,7 @@ static void load_done(uv_work_t *w, int status) {
     }
     if (x->stopping) return;
     x->eot_id = x->tmpl.end_of_turn ? latent_tokenizer_token_id(x->model.tok, x->tmpl.end_of_turn) : -1;
+    x->max_token_bytes = longest_token(x->model.tok);
     latent_err err;
     x->sched = x->loaded_sched;
     x->loaded_sched = NULL;

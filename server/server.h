@@ -26,6 +26,9 @@ typedef struct srv_ctx {
     latent_model model;
     int ready;                /* model loaded, scheduler running */
     int eot_id;               /* the chat template's end-of-turn token, or -1 */
+    int max_token_bytes;      /* the vocabulary's longest token, in bytes: a prompt's bytes bound its tokens from below */
+    srv_gen *big_head, *big_tail; /* bodies over 1 MiB waiting for the thread pool (generate.c's big-body lane) */
+    int big_running;          /* of those, on the pool now */
     srv_sched *sched;
     srv_sched *loaded_sched;      /* made by the loading thread, taken over by the loop in load_done */
     srv_http *http;

@@ -41,12 +41,19 @@ json.dump({"prompt": "Hello", "max_tokens": 4, "temperature": 0}, open(d + "/sma
 open(d + "/padded.json", "w").write('{"prompt": "Hello", "max_tokens": 4, "temperature": 0' + " " * 40000 + "}")
 json.dump({"prompt": "lorem ipsum " * 300000, "max_tokens": 1}, open(d + "/huge.json", "w"))
 json.dump({"prompt": "x", "max_tokens": "many", "pad": "y" * 30000}, open(d + "/badbig.json", "w"))
+json.dump({"prompt": "Hello", "max_tokens": 2, "temperature": 0, "pad": "z" * 1500000}, open(d + "/big.json", "w"))
 PY
 check "a 40 KB body (parsed off the loop) answers as a small one" bash -c "
     a=\$(curl -s -m 30 $URL_C/v1/completions --data-binary @$tmp/small.json | $PY -c 'import json,sys; print(json.load(sys.stdin)[\"choices\"][0][\"text\"])');
     b=\$(curl -s -m 30 $URL_C/v1/completions --data-binary @$tmp/padded.json | $PY -c 'import json,sys; print(json.load(sys.stdin)[\"choices\"][0][\"text\"])');
     [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
-check "a 3.6 MB prompt: 400 context_length_exceeded" bash -c "curl -s -m 60 $URL_C/v1/completions --data-binary @$tmp/huge.json | grep -q context_length_exceeded"
+check "a 3.6 MB prompt: 400 context_length_exceeded, refused before tokenizing" bash -c "curl -s -m 60 $URL_C/v1/completions --data-binary @$tmp/huge.json |
+    grep context_length_exceeded | grep -q 'at least'"
+check "6 big bodies at once (one lane of the pool, in order) and a 40 KB one beside them: all answered" bash -c "
+    for i in 1 2 3 4 5 6; do curl -s -m 60 -o $tmp/big\$i.out $URL_C/v1/completions --data-binary @$tmp/big.json & done;
+    curl -s -m 0.3 -o /dev/null $URL_C/v1/completions --data-binary @$tmp/big.json; curl -s -m 0.3 -o /dev/null $URL_C/v1/completions --data-binary @$tmp/big.json;
+    a=\$(curl -s -m 30 $URL_C/v1/completions --data-binary @$tmp/padded.json | $PY -c 'import json,sys; print(json.load(sys.stdin)[\"choices\"][0][\"text\"])');
+    wait; [ -n \"\$a\" ] && for i in 1 2 3 4 5 6; do grep -q '\"choices\"' $tmp/big\$i.out || exit 1; done"
 check "a big body with a bad field: 400 naming it" bash -c "curl -s -m 30 $URL_C/v1/completions --data-binary @$tmp/badbig.json | grep -q max_tokens"
 check "clients leaving while their big prompts are tokenized" bash -c "
     for i in 1 2 3 4 5 6; do curl -s -m 0.2 -o /dev/null $URL_C/v1/completions --data-binary @$tmp/huge.json; done;
