@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +20,70 @@
 #include "buf.h"
 #include "http_framing.h"
 #include "http_guard.h"
-#include "http_internal.h"
 #include "log.h"
 
 #define LISTEN_BACKLOG 1024
+
+typedef struct srv_sock srv_sock;
+struct srv_sock {
+    srv_http *h;
+    int fd;
+    uv_poll_t poll;
+    int poll_active;
+    int hung_up;
+    srv_conn *conn;           /* the request being served on it, if any */
+    srv_guard_conn gc;        /* the guard's view of it (its deadlines; h->guard's list) */
+};
+
+struct srv_conn {
+    srv_http *h;
+    struct MHD_Connection *mc;
+    char method[16];
+    char *path;
+    char id[24];
+    double t_start;
+    srv_buf body;
+    size_t rcvd;              /* body bytes received (kept or not) */
+    int too_large;
+    int over_budget;          /* the body budget could not hold its body: 503 */
+    int replied, status;
+    int suspended;
+    int streaming, stream_end;
+    int peer_gone, abort_told;
+    int want_drain;           /* on_drain when out empties */
+    srv_buf out;
+    size_t out_off;
+    double t_write;
+    srv_sock *sock;
+    void *data;
+    const srv_conn_handler *handler; /* attached by the request (srv_conn_attach) */
+    char **hdr_k, **hdr_v;    /* response headers the layer above added (grown as needed) */
+    int n_hdrs, cap_hdrs;
+    srv_conn *prev, *next;
+};
+
+struct srv_http {
+    uv_loop_t *loop;
+    struct MHD_Daemon *d;
+    uv_poll_t poll;           /* MHD's epoll fd */
+    uv_timer_t timer;         /* MHD's timeout, or 0 after a resume */
+    uv_timer_t guard_timer;   /* the guard's sweep, once a second */
+    int in_run;
+    int kick;                 /* a connection was resumed: MHD must run again */
+    int listen_fd;
+    srv_http_opts o;
+    srv_http_cbs cbs;
+    void *ud;
+    srv_conn *conns;          /* every request MHD holds */
+    int n_conns;
+    int n_socks;              /* open connections */
+    srv_guard guard;          /* deadlines, eviction, the body budget (http_guard.h) */
+    unsigned long long accepts;          /* accept() calls MHD made, refused ones too */
+    unsigned long long accepts_seen;     /* ...at the last srv_http_accepting */
+    int queue_waited;         /* the listen queue had connections at the last srv_http_accepting */
+    int handles_open;
+    unsigned long long next_id;
+};
 
 double srv_now(void) {
     struct timespec ts;
@@ -108,7 +169,7 @@ static void kick(srv_http *h) {
     h->kick = 1;
     if (!h->in_run && h->d) uv_timer_start(&h->timer, on_timer, 0, 0);
 }
-void srv_http_kick(srv_http *h) { kick(h); }
+
 
 static void free_conn(srv_conn *c) {
     srv_buf_free(&c->body);
@@ -121,7 +182,7 @@ static void free_conn(srv_conn *c) {
 
 static void tell_abort(srv_conn *c);
 
-void srv_http_conn_peer_gone(srv_conn *c) {
+static void conn_peer_gone(srv_conn *c) {
     c->peer_gone = 1;
     tell_abort(c);
     srv_conn_wake(c);
@@ -137,11 +198,37 @@ static void on_sock_hangup(uv_poll_t *p, int status, int events) {
     s->poll_active = 0;
     s->hung_up = 1;
     shutdown(s->fd, SHUT_RD);
-    if (s->conn) srv_http_conn_peer_gone(s->conn);
+    if (s->conn) conn_peer_gone(s->conn);
     kick(s->h);
 }
 
 static void sock_closed(uv_handle_t *hd) { free(hd->data); }
+
+static srv_sock *sock_of(srv_guard_conn *gc) { return (srv_sock *)((char *)gc - offsetof(srv_sock, gc)); }
+static srv_guard_conn *gc_of(const srv_conn *c) { return c->sock ? &c->sock->gc : NULL; }
+
+/* Closes a connection the guard found due: a shutdown() that MHD reads as
+ * the peer's end of stream on its next run, so that MHD frees what it holds;
+ * a request waiting or streaming on it hears at once. */
+static void guard_close(srv_http *h, srv_sock *s, const char *why) {
+    if (s->gc.closing) return;
+    srv_guard_closing(&h->guard, &s->gc);
+    if (s->conn && s->conn->streaming) srv_log(SRV_LOG_INFO, "request %s: %s", s->conn->id, why);
+    else srv_log(SRV_LOG_DEBUG, "http: closing connection %d: %s", s->fd, why);
+    shutdown(s->fd, SHUT_RDWR);
+    if (s->conn) conn_peer_gone(s->conn);
+    kick(h);
+}
+
+static void guard_sweep(uv_timer_t *t) {
+    srv_http *h = t->data;
+    double now = srv_now();
+    for (srv_guard_conn *gc = h->guard.head, *nx; gc; gc = nx) {
+        nx = gc->next;
+        const char *why = srv_guard_due(&h->guard, gc, now);
+        if (why) guard_close(h, sock_of(gc), why);
+    }
+}
 
 /* Every accept() MHD makes, counted before its own limits refuse any: the
  * watchdog's evidence that the listener is alive. */
@@ -165,14 +252,16 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         s->poll.data = s;
         if (uv_poll_start(&s->poll, UV_DISCONNECT, on_sock_hangup) == 0) s->poll_active = 1;
         *socket_context = s;
-        srv_guard_sock_opened(h, s);
+        srv_guard_conn *victim = srv_guard_opened(&h->guard, &s->gc, srv_now());
+        if (victim) guard_close(h, sock_of(victim), victim == &s->gc ? "max-connections reached, every connection busy"
+                                                                     : "evicted for a new connection at max-connections");
         return;
     }
     h->n_socks--;
     srv_sock *s = *socket_context;
     if (s) {
         if (s->conn) s->conn->sock = NULL;
-        srv_guard_sock_closed(h, s);
+        srv_guard_closed(&h->guard, &s->gc);
         uv_close((uv_handle_t *)&s->poll, sock_closed); /* before MHD closes the fd */
         *socket_context = NULL;
     }
@@ -206,7 +295,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         size_t n = avail < max ? avail : max;
         memcpy(buf, c->out.p + c->out_off, n);
         c->out_off += n;
-        c->t_taken = srv_now();
+        if (gc_of(c)) srv_guard_stream(gc_of(c), c->out.len - c->out_off, 1, srv_now());
         if (c->out_off == c->out.len) {
             srv_buf_reset(&c->out), c->out_off = 0;
             if (c->want_drain && c->handler) c->want_drain = 0, c->handler->drain(c->h->ud, c, c->data);
@@ -250,11 +339,15 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         if (srv_http_check_framing(mc, version, h->o.max_body, &content_length, &e) != 0) {
             srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* what follows cannot be trusted */
             srv_conn_reply_error(c, &e, 0);
-            srv_guard_request_complete(c);
-        } else if (srv_guard_request_began(c, content_length, &e) != 0) {
+            if (c->sock) srv_guard_complete(&c->sock->gc, srv_now());
+        } else if (c->sock && srv_guard_began(&h->guard, &c->sock->gc, content_length, srv_now()) != 0) {
+            srv_error_set(&e, SRV_ERR_BUSY, NULL, "the server is receiving too many request bodies (max-body-buffer-mib); retry later");
             srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* the body is not read */
             srv_conn_reply_error(c, &e, h->o.retry_after_s);
-            srv_guard_request_complete(c);
+            srv_guard_complete(&c->sock->gc, srv_now());
+        } else if (content_length && c->sock && srv_buf_reserve(&c->body, (size_t)content_length) == 0) {
+            /* sized once to what the header announced: the budget charges what is held */
+            srv_guard_body_stored(&h->guard, &c->sock->gc, 0, c->body.cap, srv_now());
         }
         return MHD_YES;
     }
@@ -262,21 +355,21 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         *upload_size = 0; /* the body of a request already answered is dropped */
         return MHD_YES;
     }
+    srv_guard_conn *gc = gc_of(c);
     if (*upload_size) {
-        c->t_body = srv_now();
+        c->rcvd += *upload_size;
         if (!c->too_large && c->body.len + *upload_size > (size_t)h->o.max_body) c->too_large = 1;
-        if (!c->too_large && !c->over_budget && !srv_guard_body_fits(c, *upload_size)) c->over_budget = 1;
-        if (c->too_large || c->over_budget) {
-            srv_buf_free(&c->body);
-            srv_guard_body_released(c);
-        } else {
-            srv_buf_append(&c->body, upload, *upload_size);
-            srv_guard_body_stored(c);
+        if (gc && !c->too_large && !c->over_budget && !srv_guard_body_fits(&h->guard, gc, *upload_size)) c->over_budget = 1;
+        if (c->too_large || c->over_budget) srv_buf_free(&c->body);
+        else srv_buf_append(&c->body, upload, *upload_size);
+        if (gc) {
+            if (!c->body.p) srv_guard_body_released(&h->guard, gc);
+            srv_guard_body_stored(&h->guard, gc, c->rcvd, c->body.cap, srv_now());
         }
         *upload_size = 0;
         return MHD_YES;
     }
-    srv_guard_request_complete(c);
+    if (gc) srv_guard_complete(gc, srv_now());
     if (c->peer_gone) return MHD_NO;
     if (c->replied) return MHD_YES;
     if (c->too_large) {
@@ -317,7 +410,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     if (c->peer_gone) tell_abort(c);
     h->cbs.on_close(h->ud, c);
     if (c->handler) c->handler->close(h->ud, c, c->data);
-    srv_guard_request_ended(c);
+    if (gc_of(c)) srv_guard_ended(&h->guard, gc_of(c), srv_now());
     if (c->prev) c->prev->next = c->next;
     else h->conns = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -362,7 +455,14 @@ srv_http *srv_http_start(uv_loop_t *loop, const srv_http_opts *o, const srv_http
     h->poll.data = h;
     uv_timer_init(loop, &h->timer);
     h->timer.data = h;
-    srv_guard_start(h);
+    srv_guard_limits gl = {.max_connections = o->max_connections, .timeout_s = o->timeout_s,
+                           .header_timeout_s = o->header_timeout_s, .body_timeout_s = o->body_timeout_s,
+                           .min_body_rate = o->min_body_rate, .max_body_buffer = o->max_body_buffer,
+                           .stream_stall_s = o->stream_stall_s};
+    srv_guard_init(&h->guard, &gl);
+    uv_timer_init(loop, &h->guard_timer);
+    h->guard_timer.data = h;
+    uv_timer_start(&h->guard_timer, guard_sweep, 1000, 1000);
     h->handles_open = 3;
     uv_poll_start(&h->poll, UV_READABLE, on_epoll);
     run(h);
@@ -377,6 +477,11 @@ void srv_http_quiesce(srv_http *h) {
 }
 
 int srv_http_active(const srv_http *h) { return h ? h->n_conns : 0; }
+
+void srv_http_get_guard_stats(const srv_http *h, srv_http_guard_stats *out) {
+    *out = h->guard.stats;
+    out->body_bytes = h->guard.body_bytes;
+}
 
 int srv_http_accepting(srv_http *h) {
     if (!h || !h->d || h->listen_fd < 0) return 1;
@@ -407,7 +512,7 @@ void srv_http_stop(srv_http *h) {
     if (h->listen_fd >= 0) close(h->listen_fd);
     uv_close((uv_handle_t *)&h->poll, handle_closed);
     uv_close((uv_handle_t *)&h->timer, handle_closed);
-    srv_guard_stop(h);
+    uv_timer_stop(&h->guard_timer);
     uv_close((uv_handle_t *)&h->guard_timer, handle_closed);
 }
 
@@ -520,7 +625,7 @@ void srv_conn_stream_start(srv_conn *c, int status, const char *ctype) {
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
     if (MHD_queue_response(c->mc, (unsigned int)status, r) == MHD_YES)
-        c->replied = 1, c->streaming = 1, c->status = status, c->t_taken = srv_now();
+        c->replied = 1, c->streaming = 1, c->status = status;
     MHD_destroy_response(r);
 }
 
@@ -528,12 +633,13 @@ void srv_conn_write(srv_conn *c, const char *data, size_t n) {
     if (c->stream_end || c->peer_gone) return;
     srv_buf_append(&c->out, data, n);
     c->t_write = srv_now();
+    if (gc_of(c)) srv_guard_stream(gc_of(c), c->out.len - c->out_off, 0, c->t_write);
     srv_conn_wake(c);
 }
 
 void srv_conn_release_body(srv_conn *c) {
     srv_buf_free(&c->body);
-    srv_guard_body_released(c);
+    if (gc_of(c)) srv_guard_body_released(&c->h->guard, gc_of(c));
 }
 
 size_t srv_conn_unsent(const srv_conn *c) { return c->out.len - c->out_off; }

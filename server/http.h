@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "errors.h"
+#include "http_guard.h"
 #include "latent/error.h"
 
 typedef struct srv_http srv_http;
@@ -34,7 +35,7 @@ typedef struct srv_http_opts {
     int max_connections;
     int max_connections_per_client; /* 0 = no limit */
     int timeout_s;
-    /* The guard (http_guard.c): every connection's request has deadlines. */
+    /* The guard (http_guard.h): every connection's request has deadlines. */
     int header_timeout_s;     /* a request's header complete this long after the connection opened (or its last request ended) */
     int body_timeout_s;       /* a body with no bytes arriving this long is dropped */
     long min_body_rate;       /* bytes/s a body must average after its first body_timeout_s */
@@ -44,15 +45,6 @@ typedef struct srv_http_opts {
     const srv_strlist *cors_origins;
 } srv_http_opts;
 
-/* What the guard has done, since start (Prometheus counters). */
-typedef struct srv_http_guard_stats {
-    unsigned long long header_timeouts;  /* headers not complete within header_timeout_s */
-    unsigned long long body_timeouts;    /* bodies stalled or slower than min_body_rate */
-    unsigned long long evictions;        /* incomplete requests closed to let a new connection in */
-    unsigned long long body_refusals;    /* 503: the body budget was spent */
-    unsigned long long stream_stalls;    /* streams cancelled: their client took no bytes */
-    size_t body_bytes;                   /* gauge: request-body bytes held now */
-} srv_http_guard_stats;
 
 /* A listening socket: TCP on host:port (port 0 = a free one), or a unix
  * socket at unix_path when set. `desc` gets a printable address. */
