@@ -162,6 +162,8 @@ $(BUILD)/latent-bench: $(BUILD)/obj/clients/latent-bench.o $(BUILD)/obj/clients/
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_BENCH)
 # latent-bench's percentiles and bootstrap interval, unit-tested on their own.
 $(BUILD)/tests/test_bench_stats: $(BUILD)/obj/clients/bench_stats.o
+# The daemon's parts that need neither MHD nor libuv, unit-tested on their own.
+$(BUILD)/tests/test_srv_guard: $(BUILD)/obj/server/http_guard.o
 
 # ---- libFuzzer targets (clang, ASan + UBSan), tests/fuzz/fuzz_*.c: the request
 # parser/validator, the tokenizer, safetensors + the model loader, config.json.
