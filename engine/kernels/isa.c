@@ -76,11 +76,12 @@ int latent_isa_parse(const char *s, latent_isa *out) {
 static latent_isa detected;
 static _Atomic int active;
 static _Atomic int model;       /* the amx-model path */
-static int amx_check_failed;    /* the tile kernel's start-up self-check */
+static int amx_checked, amx_check_failed; /* the tile kernel's self-check, run before its first use */
 static pthread_once_t isa_init_once = PTHREAD_ONCE_INIT;
 
 /* A wrong tile kernel must never serve: one small product through the tiles
- * and through avx512bf16, before anything else runs. */
+ * and through avx512bf16, when the amx path is first chosen (at start-up,
+ * unless LATENT_ISA caps it). */
 static int amx_self_check_fails(void) {
     double worst = 0;
     if (latent_gemm_amx_selfcheck(&latent_amx_hw, LATENT_ISA_AVX512BF16, &worst) == 0) return 0;
@@ -90,15 +91,17 @@ static int amx_self_check_fails(void) {
 }
 
 static void apply(latent_isa isa, int use_model) {
-    latent_isa top = detected == LATENT_ISA_AMX && amx_check_failed ? LATENT_ISA_AVX512BF16 : detected;
     if (use_model && isa > LATENT_ISA_AVX512BF16) isa = LATENT_ISA_AVX512BF16; /* tiles only through the model */
+    /* Only when the tiles would run: a cap below amx executes no tile instruction. */
+    if (isa >= LATENT_ISA_AMX && detected == LATENT_ISA_AMX && !amx_checked)
+        amx_checked = 1, amx_check_failed = amx_self_check_fails();
+    latent_isa top = detected == LATENT_ISA_AMX && amx_check_failed ? LATENT_ISA_AVX512BF16 : detected;
     atomic_store(&model, use_model);
     atomic_store(&active, isa < top ? isa : top);
 }
 
 static void isa_init(void) {
     detected = detect();
-    if (detected == LATENT_ISA_AMX) amx_check_failed = amx_self_check_fails();
     latent_isa cap = LATENT_ISA_AMX;
     int use_model = 0;
     const char *env = getenv("LATENT_ISA");
