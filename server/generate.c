@@ -2,6 +2,8 @@
  * validate, tokenize, create sessions, hand them to the scheduler, then turn
  * the published tokens into SSE chunks or one final response. */
 #include "generate.h"
+#include "openai_response.h"
+#include "reply.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -584,7 +586,7 @@ static void take_session(srv_ctx *x, srv_session *s) {
     srv_finish fin;
     const srv_event *ev = srv_sched_take_events(x->sched, s, &n, &fin);
     if (!ch->seen_first && (n > 0 || fin != SRV_FINISH_NONE)) {
-        double w = srv_sched_admitted_at(x->sched, s);
+        double w = srv_sched_queue_wait(x->sched, s);
         if (w >= 0) srv_metrics_observe(&x->metrics, SRV_H_QUEUE, w);
     }
     char raw[256], *bytes = raw;

@@ -67,19 +67,16 @@ struct srv_gen {
     srv_gen *prev, *next;
 };
 
-/* openai_response.c */
-const char *srv_resp_finish_reason(srv_finish f);
-/* The whole non-streaming body (malloc'd JSON). */
-char *srv_resp_final(const srv_gen *g);
-/* One SSE event for a choice: its pending text and logprobs, role (chat,
- * first chunk), finish_reason when done. Appended to out as "data: ...\n\n". */
-void srv_resp_chunk(const srv_gen *g, srv_choice *ch, const char *text, size_t len, int with_role, int finish,
-                    srv_buf *out);
-void srv_resp_usage_chunk(const srv_gen *g, srv_buf *out);
-/* Completions echo: the prompt as given, or its ids decoded. */
-void srv_resp_echo_text(const srv_gen *g, const srv_choice *ch, srv_buf *out);
-/* Logprob entries. */
-json_t *srv_resp_logprobs_new(int chat);
-void srv_resp_logprobs_add(const srv_gen *g, srv_choice *ch, const srv_event *ev);
+/* Completions and chat completions (generate.c). */
+void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat);
+/* Prompt tokens and generated tokens of a generation request so far (the
+ * data a generation request attaches to its connection); 0. */
+int srv_gen_usage(const srv_gen *g, int *prompt, int *completion);
+/* The step thread published tokens (uv_async). */
+void srv_gen_on_wake(uv_async_t *a);
+/* Keep-alive comments for streams that have been quiet (uv_timer). */
+void srv_gen_keepalive(srv_ctx *x);
+/* Grace period over: ends every request still running. */
+void srv_gen_cancel_all(srv_ctx *x);
 
 #endif

@@ -13,6 +13,7 @@
 #include "latent/threads.h"
 #include "latent/tokenizer.h"
 #include "log.h"
+#include "routes.h"
 #include "sdnotify.h"
 #include "server.h"
 #include "socket_activation.h"

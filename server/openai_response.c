@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "generate.h"
+#include "openai_response.h"
 #include "latent/tokenizer.h"
 
 /* JSON has no infinities: a -inf logprob (a token the bias ruled out) is reported as -9999. */

@@ -8,6 +8,8 @@
 #include <time.h>
 
 #include "generate.h"
+#include "reply.h"
+#include "routes.h"
 #include "latent/tokenizer.h"
 #include "log.h"
 #include "openai_request.h"
@@ -22,32 +24,15 @@ typedef struct {
     handler_fn fn;
 } route;
 
-static void reply_json(srv_conn *c, int status, json_t *j) {
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    if (!s) {
-        srv_error e;
-        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory");
-        srv_conn_reply_error(c, &e, 0);
-        return;
-    }
-    srv_conn_reply(c, status, "application/json", s, strlen(s));
-    free(s);
-}
 
-void srv_reply_error(srv_ctx *x, srv_conn *c, const srv_error *e) { srv_conn_reply_error(c, e, x->cfg.retry_after); }
-
-/* An error of kind k with a fixed message (the routes' own refusals). */
 static void reply_error(srv_ctx *x, srv_conn *c, srv_err_kind k, const char *param, const char *msg) {
-    srv_error e;
-    srv_error_set(&e, k, param, "%s", msg);
-    srv_reply_error(x, c, &e);
+    srv_reply_error_msg(x, c, k, param, msg);
 }
 
 static void h_health(srv_ctx *x, srv_conn *c) {
     if (x->draining) return reply_error(x, c, SRV_ERR_DRAINING, NULL, "the server is shutting down");
     if (!x->ready) return reply_error(x, c, SRV_ERR_NOT_READY, NULL, "the model is still loading");
-    reply_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    srv_reply_json(x, c, 200, json_pack("{s:s}", "status", "ok"));
 }
 
 static json_t *model_object(srv_ctx *x) {
@@ -56,7 +41,7 @@ static json_t *model_object(srv_ctx *x) {
 }
 
 static void h_models(srv_ctx *x, srv_conn *c) {
-    reply_json(c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(x)));
+    srv_reply_json(x, c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(x)));
 }
 
 static void h_model(srv_ctx *x, srv_conn *c) {
@@ -66,7 +51,7 @@ static void h_model(srv_ctx *x, srv_conn *c) {
         snprintf(msg, sizeof msg, "The model '%.200s' does not exist", id);
         return reply_error(x, c, SRV_ERR_MODEL_NOT_FOUND, "model", msg);
     }
-    reply_json(c, 200, model_object(x));
+    srv_reply_json(x, c, 200, model_object(x));
 }
 
 static void h_metrics(srv_ctx *x, srv_conn *c) {
@@ -94,12 +79,12 @@ static int parse_small(srv_ctx *x, srv_conn *c, srv_api api, srv_gen_request *r)
     srv_req_limits lim = {.vocab = x->model.cfg.vocab};
     srv_error e;
     if (srv_req_parse(r, api, body, len, &lim, &e) != 0) {
-        srv_conn_reply_error(c, &e, x->cfg.retry_after);
+        srv_reply_error(x, c, &e);
         return -1;
     }
     if (r->model && strcmp(r->model, x->served_name) != 0) {
         srv_error_set(&e, SRV_ERR_MODEL_NOT_FOUND, "model", "The model '%.200s' does not exist", r->model);
-        srv_conn_reply_error(c, &e, 0);
+        srv_reply_error(x, c, &e);
         srv_req_free(r);
         return -1;
     }
@@ -130,7 +115,7 @@ static void h_tokenize(srv_ctx *x, srv_conn *c) {
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
     free(ids);
-    reply_json(c, 200, json_pack("{s:o, s:i, s:i}", "tokens", arr, "count", n, "max_model_len", x->model.cfg.max_pos));
+    srv_reply_json(x, c, 200, json_pack("{s:o, s:i, s:i}", "tokens", arr, "count", n, "max_model_len", x->model.cfg.max_pos));
 }
 
 static void h_detokenize(srv_ctx *x, srv_conn *c) {
@@ -143,7 +128,7 @@ static void h_detokenize(srv_ctx *x, srv_conn *c) {
     srv_buf b = {0};
     srv_text_sanitize(t, n, &b);
     free(t);
-    reply_json(c, 200, json_pack("{s:o}", "prompt", json_stringn(b.p ? b.p : "", b.len)));
+    srv_reply_json(x, c, 200, json_pack("{s:o}", "prompt", json_stringn(b.p ? b.p : "", b.len)));
     srv_buf_free(&b);
 }
 

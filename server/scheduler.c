@@ -86,7 +86,6 @@ static int pages_for(const srv_sched *s, int n) { return latent_kv_pages_for(s->
 static int full_pages(const srv_sched *s, int n) { return latent_kv_full_pages(s->o.page_tokens, n); }
 
 int srv_sched_pool_pages(const srv_sched *s) { return s->pool.n_pages; }
-int srv_sched_page_tokens(const srv_sched *s) { return s->o.page_tokens; }
 
 int srv_sched_group_pages(const srv_sched *s, int n_prompt, int max_tokens, int n) {
     int full = pages_for(s, n_prompt + max_tokens);
@@ -238,7 +237,7 @@ const srv_event *srv_sched_take_events(srv_sched *s, srv_session *x, int *n, srv
     return x->ev_buf[r];
 }
 
-double srv_sched_admitted_at(srv_sched *s, srv_session *x) {
+double srv_sched_queue_wait(srv_sched *s, srv_session *x) {
     pthread_mutex_lock(&s->mu);
     double t = x->t_admit > 0 ? x->t_admit - x->t_submit : -1;
     pthread_mutex_unlock(&s->mu);

@@ -64,7 +64,6 @@ void srv_sched_detach(srv_sched *s);
 void srv_sched_free(srv_sched *s);
 
 int srv_sched_pool_pages(const srv_sched *s);
-int srv_sched_page_tokens(const srv_sched *s);
 /* Pages a group of n sequences of prompt n_prompt and up to max_tokens each
  * needs at most (the prompt's full pages shared). */
 int srv_sched_group_pages(const srv_sched *s, int n_prompt, int max_tokens, int n);
@@ -88,7 +87,7 @@ int srv_sched_take_ready(srv_sched *s, srv_session ***list, int *cap);
 const srv_event *srv_sched_take_events(srv_sched *s, srv_session *sess, int *n, srv_finish *finish);
 void srv_sched_unref(srv_sched *s, srv_session *sess);
 /* Queue wait of a session in seconds, or -1 while it still waits. */
-double srv_sched_admitted_at(srv_sched *s, srv_session *sess);
+double srv_sched_queue_wait(srv_sched *s, srv_session *sess);
 void srv_sched_get_stats(srv_sched *s, srv_sched_stats *out);
 /* 1 when the step thread is idle or finished a round within max_stall
  * seconds (the watchdog's liveness check). */

@@ -51,23 +51,4 @@ typedef struct srv_ctx {
     int exit_code;
 } srv_ctx;
 
-/* routes.c: the HTTP callbacks. */
-void srv_routes_on_request(void *ud, srv_conn *c);
-/* The one error sender: the OpenAI error object with the table's status,
- * Retry-After on 429 and 503 (routes.c). */
-void srv_reply_error(srv_ctx *x, srv_conn *c, const srv_error *e);
-void srv_routes_on_close(void *ud, srv_conn *c);
-
-/* generate.c: completions and chat completions. */
-void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat);
-/* Prompt tokens and generated tokens of a generation request so far (the
- * data a generation request attaches to its connection); 0. */
-int srv_gen_usage(const srv_gen *g, int *prompt, int *completion);
-/* The step thread published tokens (uv_async). */
-void srv_gen_on_wake(uv_async_t *a);
-/* Keep-alive comments for streams that have been quiet (uv_timer). */
-void srv_gen_keepalive(srv_ctx *x);
-/* Grace period over: ends every request still running. */
-void srv_gen_cancel_all(srv_ctx *x);
-
 #endif
