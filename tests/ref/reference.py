@@ -46,6 +46,27 @@ def bf16_round(x):
     return r.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
+def q8_round(x):
+    """x as the q8 contract sees it (docs/model-format.md, "Int8 weights"):
+    along the last axis in blocks of 32, in float32 as the engine computes,
+    q = nearest-even(x * (127 / max|x|)) clamped to +-127, times max / 127;
+    as float64. A block that is all zero (or below 1e-36) stays zero."""
+    x = np.asarray(x, dtype=np.float32)
+    k = x.shape[-1]
+    nb = (k + 31) // 32
+    b = np.zeros(x.shape[:-1] + (nb * 32,), np.float32)
+    b[..., :k] = x
+    b = b.reshape(x.shape[:-1] + (nb, 32))
+    amax = np.abs(b).max(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        inv = np.float32(127) / amax
+        live = (amax > 0) & np.isfinite(inv)
+        q = np.clip(np.rint(b * np.where(live, inv, np.float32(0))), -127, 127)
+        s = np.where(live, amax / np.float32(127), np.float32(0))
+    out = q.astype(np.float64) * s.astype(np.float64)
+    return out.reshape(x.shape[:-1] + (nb * 32,))[..., :k]
+
+
 # P: what a matrix product's input becomes. Identity in f32; under bf16
 # (docs/model-format.md, "Precision") every input vector and every weight
 # matrix is rounded to bf16 and the products are exact sums of those.
@@ -74,6 +95,8 @@ class Model:
         self.w = safetensors_py.read_model_dir(d)
         if precision == "bf16":
             self.w = {k: bf16_round(v) if v.ndim == 2 else v for k, v in self.w.items()}
+        if precision == "q8":  # every matrix row quantized along K, the embedding too
+            self.w = {k: q8_round(v) if v.ndim == 2 else v for k, v in self.w.items()}
         self.lm_head = self.w["model.embed_tokens.weight"] if self.tied else self.w["lm_head.weight"]
         self.tok_path = os.path.join(d, "tokenizer.json")
 
@@ -202,14 +225,17 @@ def main(argv):
     p.add_argument("--n-prompt", type=int)
     p.add_argument("--generate", type=int)
     p.add_argument("--stop-at-eos", action="store_true")
-    p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
-                   help="bf16: round every matrix and every product input to bf16 (the engine's contract)")
+    p.add_argument("--precision", choices=["f32", "bf16", "q8"], default="f32",
+                   help="bf16: round every matrix and every product input to bf16 (the engine's contract); "
+                        "q8: quantize them as --weights q8 does")
     p.add_argument("--kv-dtype", choices=["f32", "bf16"], default="f32",
                    help="bf16: round cached keys and values to bf16 as they are stored")
     a = p.parse_args(argv)
     global P, PKV
     if a.precision == "bf16":
         P = bf16_round
+    if a.precision == "q8":
+        P = q8_round
     if a.kv_dtype == "bf16":
         PKV = bf16_round
     m = Model(a.model, a.precision)

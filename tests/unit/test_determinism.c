@@ -7,7 +7,8 @@
  *   - at a position fed as part of a prefill or as a single decode step;
  *   - with 1 thread or 2;
  * (head widths 16 and 64, the attention kernel's general and specialised code)
- * for plain, T2MLR and LRT models, under f32 and bf16 (KV cache following),
+ * for plain, T2MLR and LRT models, under f32, bf16 and q8 weights (KV cache
+ * following: bf16 under q8),
  * with 1 and 2 threads, on every instruction-set path this machine has and
  * on amx-model (the AMX tile kernel through its software model; on an AMX
  * machine the amx path runs the tile instructions themselves).
@@ -45,9 +46,9 @@ typedef struct {
     const char *what;           /* "plain f32 avx512 2 threads": for failure messages */
 } rig;
 
-static void rig_start(rig *r, const latent_model *m, latent_precision p, const char *what) {
+static void rig_start(rig *r, const latent_model *m, latent_precision p, latent_weights_fmt w, const char *what) {
     latent_err err;
-    latent_engine_opts o = {.precision = p};
+    latent_engine_opts o = {.precision = p, .weights = w};
     latent_kv_dtype kv = p == LATENT_PRECISION_BF16 ? LATENT_KV_BF16 : LATENT_KV_F32;
     int pages = (OTHERS + 1) * ((OTHER_MAX + 48) / PAGE + 2);
     if (latent_kv_pool_init(&r->pool, &m->cfg, PAGE, latent_kv_page_bytes(&m->cfg, PAGE, kv) * pages, kv, &err) != 0 ||
@@ -169,9 +170,9 @@ static void in_chunks(rig *r, const float *ref, int chunk) {
 
 /* Runs every comparison for one configuration; returns its reference
  * logits (the caller frees them). */
-static float *run_config(const latent_model *m, latent_precision p, const char *what) {
+static float *run_config(const latent_model *m, latent_precision p, latent_weights_fmt w, const char *what) {
     rig r;
-    rig_start(&r, m, p, what);
+    rig_start(&r, m, p, w, what);
     float *ref = malloc(sizeof(float) * (size_t)(PROMPT + DECODE) * VOCAB);
     reference(&r, ref);
     in_batches(&r, ref);
@@ -205,16 +206,17 @@ int main(void) {
         if (tm_model(&m, kinds[k].c, 7 + k, 0) != 0) abort();
         for (int path = 0; path < n_paths; path++) {
             latent_isa_set_path(paths[path]);
-            float *one_thread[2] = {NULL, NULL}; /* per precision: the reference with 1 thread */
+            float *one_thread[3] = {NULL, NULL, NULL}; /* per precision: the reference with 1 thread */
             for (int threads = 1; threads <= 2; threads++) {
                 latent_set_threads(threads);
-                for (int prec = 0; prec < 2; prec++) {
+                for (int prec = 0; prec < 3; prec++) { /* f32, bf16, q8 weights (bf16 KV) */
                     latent_precision p = prec ? LATENT_PRECISION_BF16 : LATENT_PRECISION_F32;
+                    latent_weights_fmt w = prec == 2 ? LATENT_WEIGHTS_Q8 : LATENT_WEIGHTS_AUTO;
                     char what[96];
-                    snprintf(what, sizeof what, "%s %s %s %d thread%s", kinds[k].name, latent_precision_name(p),
+                    snprintf(what, sizeof what, "%s %s %s %d thread%s", kinds[k].name, prec == 2 ? "q8" : latent_precision_name(p),
                              paths[path], threads, threads > 1 ? "s" : "");
                     int before = tu_failures;
-                    float *ref = run_config(&m, p, what);
+                    float *ref = run_config(&m, p, w, what);
                     CHECK(tu_failures == before, "%s: not batch invariant (above)", what);
                     if (threads == 1) {
                         one_thread[prec] = ref;
