@@ -82,4 +82,85 @@ void latent_amx_shape(const latent_amx_ops *ops, int rows0, int rows1, int p);
 /* TILERELEASE now on this thread (the next latent_amx_shape loads again). */
 void latent_amx_release(void);
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#include <stdlib.h>
+
+/* The hardware side, one instruction per function, each enabled alone by a
+ * target attribute (the build stays x86-64 baseline). latent_amx_hw's table
+ * points at these; a kernel compiled for AMX may call them directly, so the
+ * constant tile numbers fold the switches away (gemm_amx.c). The
+ * instructions take tile numbers as constants, hence the switches over the
+ * fixed roles above. Only where latent_isa_tile_ops() gives latent_amx_hw. */
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,amx-int8")))
+
+
+AMX_TARGET static inline void amx_hw_config(const latent_amx_cfg *cfg) { _tile_loadconfig(cfg); }
+
+AMX_TARGET static inline void amx_hw_zero(int t) {
+    switch (t) {
+    case 0: _tile_zero(0); break;
+    case 1: _tile_zero(1); break;
+    case 2: _tile_zero(2); break;
+    case 3: _tile_zero(3); break;
+    case 4: _tile_zero(4); break;
+    case 5: _tile_zero(5); break;
+    case 6: _tile_zero(6); break;
+    case 7: _tile_zero(7); break;
+    default: abort();
+    }
+}
+
+AMX_TARGET static inline void amx_hw_load(int t, const void *base, size_t stride) {
+    switch (t) {
+    case 0: _tile_loadd(0, base, stride); break;
+    case 1: _tile_loadd(1, base, stride); break;
+    case 2: _tile_loadd(2, base, stride); break;
+    case 3: _tile_loadd(3, base, stride); break;
+    case 4: _tile_loadd(4, base, stride); break;
+    case 5: _tile_loadd(5, base, stride); break;
+    case 6: _tile_loadd(6, base, stride); break;
+    case 7: _tile_loadd(7, base, stride); break;
+    default: abort();
+    }
+}
+
+AMX_TARGET static inline void amx_hw_store(int t, void *base, size_t stride) {
+    switch (t) {
+    case 0: _tile_stored(0, base, stride); break;
+    case 1: _tile_stored(1, base, stride); break;
+    case 2: _tile_stored(2, base, stride); break;
+    case 3: _tile_stored(3, base, stride); break;
+    case 4: _tile_stored(4, base, stride); break;
+    case 5: _tile_stored(5, base, stride); break;
+    case 6: _tile_stored(6, base, stride); break;
+    case 7: _tile_stored(7, base, stride); break;
+    default: abort();
+    }
+}
+
+/* C[i][j] is tile 2i + j, A[i] tile 4 + i, B[j] tile 6 + j. */
+AMX_TARGET static inline void amx_hw_dpbf16ps(int i, int j) {
+    switch (2 * i + j) {
+    case 0: _tile_dpbf16ps(0, 4, 6); break;
+    case 1: _tile_dpbf16ps(1, 4, 7); break;
+    case 2: _tile_dpbf16ps(2, 5, 6); break;
+    case 3: _tile_dpbf16ps(3, 5, 7); break;
+    default: abort();
+    }
+}
+
+AMX_TARGET static inline void amx_hw_dpbssd(int i, int j) {
+    switch (2 * i + j) {
+    case 0: _tile_dpbssd(0, 4, 6); break;
+    case 1: _tile_dpbssd(1, 4, 7); break;
+    case 2: _tile_dpbssd(2, 5, 6); break;
+    case 3: _tile_dpbssd(3, 5, 7); break;
+    default: abort();
+    }
+}
+
+AMX_TARGET static inline void amx_hw_release(void) { _tile_release(); }
+#endif
+
 #endif

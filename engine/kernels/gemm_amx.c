@@ -31,8 +31,12 @@
 #define AMX_KB 256
 #define TILE_P 16   /* k pairs per full tile instruction */
 
+/* The kernel's functions are inlined into two entries: one calls the tile
+ * operations through any table (the model, in tests), the other calls the
+ * hardware's inline instructions directly (no call per instruction). */
+#define KERNEL static inline __attribute__((always_inline))
+
 typedef struct {
-    const latent_amx_ops *ops;
     float *out;
     int ldo;
     const uint16_t *xb;   /* (m, kp pairs) bf16 */
@@ -67,10 +71,10 @@ __attribute__((target("avx512f"))) static void put_row_avx512(float *o, const fl
 
 /* The 32 x 32 block's C tiles written into out at (r0, c0), for `rows` rows
  * and `cols` features: C[i][j] holds rows 16i.. and features 16j.. */
-static void put_block(const amx_call *c, int r0, int rows, int c0, int cols, int first) {
+KERNEL void put_block(const latent_amx_ops *o, const amx_call *c, int r0, int rows, int c0, int cols, int first) {
     static _Thread_local float buf[2][2][AMX_MAX_ROWS][16];
     for (int i = 0; i < 2 && 16 * i < rows; i++)
-        for (int j = 0; j < 2; j++) c->ops->store(2 * i + j, buf[i][j], 16 * sizeof(float));
+        for (int j = 0; j < 2; j++) o->store(2 * i + j, buf[i][j], 16 * sizeof(float));
     void (*put)(float *, const float *, int, int) = PUT_ROW();
     for (int r = 0; r < rows; r++) {
         float *o = c->out + (size_t)(r0 + r) * c->ldo + c0;
@@ -81,9 +85,8 @@ static void put_block(const amx_call *c, int r0, int rows, int c0, int cols, int
 
 /* One block of pairs [q0, q1) (steps of p) for rows [r0, r0 + rows) of one
  * panel: tile accumulations from zero, then put into out. */
-static void run_block(const amx_call *c, const uint16_t *panel, int r0, int rows, int c0, int cols, int q0, int q1,
-                      int p) {
-    const latent_amx_ops *o = c->ops;
+KERNEL void run_block(const latent_amx_ops *o, const amx_call *c, const uint16_t *panel, int r0, int rows, int c0,
+                      int cols, int q0, int q1, int p) {
     int two = rows > 16;
     size_t lda = (size_t)c->kp * 4;    /* bytes between rows of X */
     for (int t = 0; t < (two ? 4 : 2); t++) o->zero(t);
@@ -97,37 +100,68 @@ static void run_block(const amx_call *c, const uint16_t *panel, int r0, int rows
         o->dpbf16ps(0, 0), o->dpbf16ps(0, 1);
         if (two) o->dpbf16ps(1, 0), o->dpbf16ps(1, 1);
     }
-    put_block(c, r0, rows, c0, cols, q0 == 0 && !c->acc);
+    put_block(o, c, r0, rows, c0, cols, q0 == 0 && !c->acc);
 }
 
 /* Rows [r0, r1) in groups of `group` rows (all the same size: one shape)
  * over one panel: the full blocks in k order, then the remainder pairs. */
-static void run_rows(const amx_call *c, const uint16_t *panel, int r0, int r1, int group, int c0, int cols) {
+KERNEL void run_rows(const latent_amx_ops *o, const latent_amx_ops *shape_as, const amx_call *c, const uint16_t *panel,
+                     int r0, int r1, int group, int c0, int cols) {
     int kfull = c->kp / TILE_P * TILE_P, rows0 = group < 16 ? group : 16, rows1 = group - rows0;
     if (kfull > 0) {
-        latent_amx_shape(c->ops, rows0, rows1, TILE_P);
+        latent_amx_shape(shape_as, rows0, rows1, TILE_P);
         for (int q0 = 0; q0 < kfull; q0 += AMX_KB) {
             int q1 = q0 + AMX_KB < kfull ? q0 + AMX_KB : kfull;
-            for (int r = r0; r < r1; r += group) run_block(c, panel, r, group, c0, cols, q0, q1, TILE_P);
+            for (int r = r0; r < r1; r += group) run_block(o, c, panel, r, group, c0, cols, q0, q1, TILE_P);
         }
     }
     if (kfull < c->kp) {
-        latent_amx_shape(c->ops, rows0, rows1, c->kp - kfull);
-        for (int r = r0; r < r1; r += group) run_block(c, panel, r, group, c0, cols, kfull, c->kp, c->kp - kfull);
+        latent_amx_shape(shape_as, rows0, rows1, c->kp - kfull);
+        for (int r = r0; r < r1; r += group) run_block(o, c, panel, r, group, c0, cols, kfull, c->kp, c->kp - kfull);
     }
 }
 
+/* Panels [p0, p1): rows in groups of 32, then the rest as one group. o
+ * gives the instructions, shape_as the table the thread's configuration is
+ * loaded for (latent_amx_shape). */
+KERNEL void run_panels(const latent_amx_ops *o, const latent_amx_ops *shape_as, const amx_call *c,
+                       const uint16_t *panels, int n, int p0, int p1) {
+    int full = c->m / 32 * 32;
+    for (int pn = p0; pn < p1; pn++) {
+        const uint16_t *panel = panels + (size_t)pn * c->kp * GEMM_PANEL * 2;
+        int c0 = pn * GEMM_PANEL, cols = n - c0 < GEMM_PANEL ? n - c0 : GEMM_PANEL;
+        if (full) run_rows(o, shape_as, c, panel, 0, full, 32, c0, cols);
+        if (full < c->m) run_rows(o, shape_as, c, panel, full, c->m, c->m - full, c0, cols);
+    }
+}
+
+static void run_through(const latent_amx_ops *o, const amx_call *c, const uint16_t *panels, int n, int p0, int p1) {
+    run_panels(o, o, c, panels, n, p0, p1);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The same with the instructions inline: the table's loads fold into direct
+ * calls of amx_tile.h's functions, which inline with their tile numbers. */
+static const latent_amx_ops hw_inline = {"amx",        amx_hw_config,   amx_hw_zero,   amx_hw_load,
+                                         amx_hw_store, amx_hw_dpbf16ps, amx_hw_dpbssd, amx_hw_release};
+
+__attribute__((target("amx-tile,amx-bf16,amx-int8"))) static void run_hw(const amx_call *c, const uint16_t *panels,
+                                                                         int n, int p0, int p1) {
+    run_panels(&hw_inline, &latent_amx_hw, c, panels, n, p0, p1);
+}
+#endif
+
 void latent_gemm_amx_run(const latent_amx_ops *ops, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
                          const uint16_t *panels, int p0, int p1, int acc) {
-    amx_call c = {ops, out, ldo, xb, m, (k + 1) / 2, acc};
+    amx_call c = {out, ldo, xb, m, (k + 1) / 2, acc};
     if (m <= 0 || c.kp == 0) return;
-    int full = m / 32 * 32;
-    for (int pn = p0; pn < p1; pn++) {
-        const uint16_t *panel = panels + (size_t)pn * c.kp * GEMM_PANEL * 2;
-        int c0 = pn * GEMM_PANEL, cols = n - c0 < GEMM_PANEL ? n - c0 : GEMM_PANEL;
-        if (full) run_rows(&c, panel, 0, full, 32, c0, cols);
-        if (full < m) run_rows(&c, panel, full, m, m - full, c0, cols);
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (ops == &latent_amx_hw) {
+        run_hw(&c, panels, n, p0, p1);
+        return;
     }
+#endif
+    run_through(ops, &c, panels, n, p0, p1);
 }
 
 /* ---- the start-up self-check ---- */
