@@ -12,7 +12,9 @@
  *     threads on the amx-model path;
  *   - the start-up self-check passes on the model and catches a broken
  *     tile operation;
- *   - on AMX hardware: hardware against model within 2 (K + 4) 2^-24
+ *   - on AMX hardware: the instruction tests above on the hardware, bit for
+ *     bit (one pair per TDPBF16PS and TDPBSSD are exactly modelled), and
+ *     whole products, hardware against model, within 2 (K + 4) 2^-24
  *     sum|x w| (the two sum a tile's 16 pairs in different orders;
  *     amx-notes), and the hardware's own batch invariance with memcmp. */
 #include <stdint.h>
@@ -42,8 +44,9 @@ static float bf(uint16_t h) { return latent_bf16_to_f32(h); }
 
 static latent_amx_cfg one_cfg; /* static storage, as the layer requires */
 
-static void test_model_one_pair(void) {
-    const latent_amx_ops *o = &latent_amx_model;
+/* ops: the model everywhere; on AMX the hardware too, which must then
+ * match it bit for bit (one pair per instruction is exactly modelable). */
+static void test_one_pair(const latent_amx_ops *o) {
     latent_amx_shape(o, 16, 0, 1); /* A 16 rows x 1 pair, B 1 row */
     uint16_t a[16][2], b[32][2];
     float c[16][16], out[16][16];
@@ -67,7 +70,7 @@ static void test_model_one_pair(void) {
                 bad += memcmp(&want, &out[r][j], 4) != 0;
             }
     }
-    CHECK(bad == 0, "model TDPBF16PS with one pair: %d of 51200 differ from RNE(C + RNE(a0 b0 + a1 b1))", bad);
+    CHECK(bad == 0, "%s TDPBF16PS with one pair: %d of 51200 differ from RNE(C + RNE(a0 b0 + a1 b1))", o->name, bad);
 
     /* denormal inputs read as zero, a denormal result flushed */
     uint16_t tiny[1][2] = {{0x0001, 0x3f80}}, one[16][2] = {{0x3f80, 0x0000}}; /* a0 denormal, b1 = 0 */
@@ -78,18 +81,18 @@ static void test_model_one_pair(void) {
     o->load(6, one, 64);
     o->dpbf16ps(0, 0);
     o->store(0, z, sizeof z[0]);
-    CHECK(z[0][0] == 0 && !signbit(z[0][0]), "denormal bf16 input read as zero: %g", z[0][0]);
+    CHECK(z[0][0] == 0 && !signbit(z[0][0]), "%s: denormal bf16 input read as zero: %g", o->name, z[0][0]);
     uint16_t small[1][2] = {{0x0080, 0}}, half[16][2] = {{0x3f00, 0}}; /* 2^-126 * 0.5: a denormal product */
     o->zero(0);
     o->load(4, small, 4);
     o->load(6, half, 64);
     o->dpbf16ps(0, 0);
     o->store(0, z, sizeof z[0]);
-    CHECK(z[0][0] == 0, "denormal result flushed to zero: %g", z[0][0]);
+    CHECK(z[0][0] == 0, "%s: denormal result flushed to zero: %g", o->name, z[0][0]);
+    latent_amx_release();
 }
 
-static void test_model_int8(void) {
-    const latent_amx_ops *o = &latent_amx_model;
+static void test_int8(const latent_amx_ops *o) {
     int8_t a[16][64], b[16][64];
     int32_t c[16][16], out[16][16];
     for (int r = 0; r < 16; r++)
@@ -111,7 +114,7 @@ static void test_model_int8(void) {
                 for (int t = 0; t < 4; t++) s += (int64_t)a[r][4 * g + t] * b[g][4 * j + t];
             bad += (uint32_t)s != (uint32_t)out[r][j];
         }
-    CHECK(bad == 0, "model TDPBSSD: %d of 256 sums differ from the exact ones mod 2^32", bad);
+    CHECK(bad == 0, "%s TDPBSSD: %d of 256 sums differ from the exact ones mod 2^32", o->name, bad);
 
     /* a load of fewer rows and bytes than the tile holds leaves the rest zero */
     latent_amx_shape(o, 3, 0, 2);
@@ -124,7 +127,7 @@ static void test_model_int8(void) {
     o->store(0, full, 64);
     int rest_untouched = 1;
     for (int r = 3; r < 16; r++) rest_untouched &= full[r][0] == 0x55555555;
-    CHECK(rest_untouched, "a 3-row tile stores 3 rows");
+    CHECK(rest_untouched, "%s: a 3-row tile stores 3 rows", o->name);
     memset(&one_cfg, 0, sizeof one_cfg);
     o->config(&one_cfg); /* palette 0: released */
     latent_amx_release();
@@ -275,6 +278,8 @@ static void test_hardware(void) {
         CHECK(latent_isa_detected() != LATENT_ISA_AMX, "the AMX self-check failed on this machine");
         return;
     }
+    test_one_pair(&latent_amx_hw);
+    test_int8(&latent_amx_hw);
     static const int shapes[][2] = {{45, 75}, {100, 257}, {64, 576}, {33, 1100}};
     for (int s = 0; s < 4; s++) {
         problem p;
@@ -300,8 +305,8 @@ static void test_hardware(void) {
 }
 
 int main(void) {
-    test_model_one_pair();
-    test_model_int8();
+    test_one_pair(&latent_amx_model);
+    test_int8(&latent_amx_model);
     int every[64];
     for (int i = 0; i < 64; i++) every[i] = i + 1;
     static const int some[] = {1, 2, 15, 16, 17, 31, 32, 33, 47, 63, 64};
