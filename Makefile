@@ -119,7 +119,7 @@ mpi:
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(UNIT_SUPPORT_OBJ) $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_ENGINE)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter-out $(ENGINE_LIB),$^) $(ENGINE_LIB) $(LIBS_ENGINE)
 
 unit: $(UNIT_BIN)
 
@@ -164,6 +164,8 @@ $(BUILD)/latent-bench: $(BUILD)/obj/clients/latent-bench.o $(BUILD)/obj/clients/
 $(BUILD)/tests/test_bench_stats: $(BUILD)/obj/clients/bench_stats.o
 # The daemon's parts that need neither MHD nor libuv, unit-tested on their own.
 $(BUILD)/tests/test_srv_guard: $(BUILD)/obj/server/http_guard.o
+$(BUILD)/tests/test_srv_sched: $(BUILD)/obj/server/scheduler.o $(BUILD)/obj/server/prefix_cache.o \
+    $(BUILD)/obj/server/session.o $(BUILD)/obj/server/log.o
 
 # ---- libFuzzer targets (clang, ASan + UBSan), tests/fuzz/fuzz_*.c: the request
 # parser/validator, the tokenizer, safetensors + the model loader, config.json.
