@@ -34,6 +34,7 @@ struct latent_engine {
     latent_linear lrt_k, lrt_v;   /* LRT shared memory projection (shared_kv_projection) */
     latent_linear embed_bf16;     /* (vocab, d) under bf16 when the head is not tied */
     const latent_linear *embed_src; /* bf16 token rows (the head or embed_bf16); NULL: w->embed */
+    int kept_released;            /* the model's kept BF16 matrices were released (once) */
     latent_precision precision;   /* resolved: F32 or BF16 */
     int q8;                       /* matrices held as int8 (--weights q8) */
     int recurrence;               /* 0: run the plain backbone (benchmark control) */
@@ -89,9 +90,19 @@ static void engine_free_linears(latent_engine *e) {
     latent_linear_free(&e->embed_bf16);
 }
 
+/* The BF16 values the loader kept for matrix w (latent_load_opts.keep_bf16), or NULL. */
+static const uint16_t *kept_bf16(const latent_weights *w, const float *m) {
+    for (int i = 0; i < w->n_params; i++)
+        if (*w->params[i].slot == m) return w->params[i].bf16;
+    return NULL;
+}
+
 static int init_linear(const latent_engine *e, latent_linear *l, const float *w, int out_dim, int in_dim) {
     if (e->q8) return latent_linear_init_q8(l, w, out_dim, in_dim);
-    if (e->precision == LATENT_PRECISION_BF16) return latent_linear_init_bf16(l, w, out_dim, in_dim);
+    if (e->precision == LATENT_PRECISION_BF16) {
+        const uint16_t *kept = e->m->bf16_kept ? kept_bf16(&e->m->w, w) : NULL;
+        return kept ? latent_linear_init_from_bf16(l, kept, out_dim, in_dim) : latent_linear_init_bf16(l, w, out_dim, in_dim);
+    }
     /* Without AVX-512 OpenBLAS outruns the portable panel kernels, but its
      * rounding depends on the row count: only when determinism is off. */
     if (e->attn.batch_variant && latent_isa_active() < LATENT_ISA_AVX512)
@@ -222,6 +233,13 @@ latent_engine *latent_engine_new_opts(const latent_model *m, const latent_engine
     e->precision = latent_engine_opts_precision(m, o);
     e->q8 = o && o->weights == LATENT_WEIGHTS_Q8;
     e->attn.batch_variant = o && o->nondeterministic;
+    if (m->bf16_kept && (e->precision != LATENT_PRECISION_BF16 || e->q8)) {
+        latent_err_set(err, LATENT_E_INVALID, "engine: %s was loaded for bf16 (%d matrices kept in BF16, no F32 copy): "
+                       "an engine in %s needs it loaded with latent_model_load", m->dir ? m->dir : "the model",
+                       m->bf16_kept, latent_precision_name(e->precision));
+        latent_engine_free(e);
+        return NULL;
+    }
     if (engine_init_linears(e) != 0) {
         latent_err_set(err, LATENT_E_NOMEM, "engine: out of memory preparing the weights for inference");
         latent_engine_free(e);
@@ -233,14 +251,19 @@ latent_engine *latent_engine_new_opts(const latent_model *m, const latent_engine
 /* madvise(DONTNEED) on the whole pages inside one matrix: anonymous pages
  * are freed, pages of a private file mapping dropped (re-read from the file
  * if ever touched). Edge pages may hold neighbouring tensors and stay. */
-static size_t release_matrix(latent_linear *l, const float *keep) {
-    if (!l->packed || !l->w || l->w == keep) return 0;
+static size_t release_span(const void *p, size_t bytes) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)l->w, b = a + (size_t)l->out_dim * l->in_dim * sizeof(float);
+    uintptr_t a = (uintptr_t)p, b = a + bytes;
     uintptr_t lo = (a + page - 1) / page * page, hi = b / page * page;
-    l->w = NULL; /* never read again: fail loudly rather than read zeros */
     if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
     return hi - lo;
+}
+
+static size_t release_matrix(latent_linear *l, const float *keep) {
+    if (!l->packed || !l->w || l->w == keep) return 0;
+    const float *w = l->w;
+    l->w = NULL; /* never read again: fail loudly rather than read zeros */
+    return release_span(w, (size_t)l->out_dim * l->in_dim * sizeof(float));
 }
 
 size_t latent_engine_release_unpacked(latent_engine *e) {
@@ -253,6 +276,12 @@ size_t latent_engine_release_unpacked(latent_engine *e) {
     }
     latent_linear *rest[] = {&e->head, &e->w_rec, &e->f_rec, &e->f_cur, &e->lrt_k, &e->lrt_v, &e->embed_bf16};
     for (size_t i = 0; i < sizeof rest / sizeof *rest; i++) bytes += release_matrix(rest[i], embed);
+    /* BF16 matrices the loader kept: their file pages, read once to pack (the
+     * engine made the model's only reader of them under bf16) */
+    const latent_weights *w = &e->m->w;
+    for (int i = 0; i < w->n_params && e->m->bf16_kept && !e->kept_released; i++)
+        if (w->params[i].bf16) bytes += release_span(w->params[i].bf16, (size_t)w->params[i].numel * sizeof(uint16_t));
+    e->kept_released = 1;
     return bytes;
 }
 

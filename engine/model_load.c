@@ -1,7 +1,10 @@
 /* A model directory (models.md §4): config.json, model.safetensors or the
  * shards named by model.safetensors.index.json, and tokenizer.json. Every
  * tensor of the parameter table must be present with its shape; values are
- * converted to float32 once into the weights slab and the files are closed. */
+ * converted to float32 once into the weights slab and the files are closed,
+ * except F32 tensors (used in place from the mapping) and, when the caller
+ * asks (latent_load_opts.keep_bf16), BF16 matrices (left in the mapping for
+ * a bf16 engine to pack from). */
 #include "latent/model.h"
 #include "safetensors.h"
 #include "latent/tokenizer.h"
@@ -153,12 +156,13 @@ static int ml_open_sources(ml_sources *s, const char *dir, latent_err *err) {
 }
 
 /* Fills every parameter of m->w from the sources; returns how many are used
- * in place from the mappings (F32 tensors), or -1. */
-static int ml_fill(latent_model *m, const ml_sources *s, latent_err *err) {
+ * in place from the mappings (F32 tensors, and BF16 matrices under
+ * keep_bf16), or -1. */
+static int ml_fill(latent_model *m, const ml_sources *s, int keep_bf16, latent_err *err) {
     int in_place = 0; /* tensors read from the mappings directly */
     latent_weights *w = &m->w;
     for (int i = 0; i < w->n_params; i++) {
-        const latent_param *p = &w->params[i];
+        latent_param *p = &w->params[i];
         char want[64], got[96];
         ml_fmt_shape(want, sizeof want, p->ndim, p->shape);
         const st_file *f = &s->files[0];
@@ -184,6 +188,12 @@ static int ml_fill(latent_model *m, const ml_sources *s, latent_err *err) {
             /* Already the compute type: use it in place from the mapping. */
             *p->slot = (float *)t->data;
             in_place++;
+        } else if (keep_bf16 && p->ndim == 2 && t->dtype == ST_BF16 && (uintptr_t)t->data % sizeof(uint16_t) == 0) {
+            /* Packed into bf16 panels straight from the file: the slot's
+             * slab pages are never written, so they cost no memory. */
+            p->bf16 = t->data;
+            m->bf16_kept++;
+            in_place++;
         } else {
             latent_st_to_f32(*p->slot, t->data, t->dtype, (size_t)p->numel);
         }
@@ -204,7 +214,9 @@ static int ml_fill(latent_model *m, const ml_sources *s, latent_err *err) {
     return in_place;
 }
 
-int latent_model_load(latent_model *m, const char *dir, latent_err *err) {
+int latent_model_load(latent_model *m, const char *dir, latent_err *err) { return latent_model_load_opts(m, dir, NULL, err); }
+
+int latent_model_load_opts(latent_model *m, const char *dir, const latent_load_opts *o, latent_err *err) {
     memset(m, 0, sizeof *m);
     m->dir = strdup(dir);
     char *cfg_path = ml_join(dir, "config.json");
@@ -218,11 +230,11 @@ int latent_model_load(latent_model *m, const char *dir, latent_err *err) {
     if (latent_config_load(cfg_path, &m->cfg, err) < 0) goto out;
     if (latent_weights_alloc(&m->w, &m->cfg, err) < 0) goto out;
     if (ml_open_sources(&src, dir, err) < 0) goto out;
-    int in_place = ml_fill(m, &src, err);
+    int in_place = ml_fill(m, &src, o && o->keep_bf16, err);
     if (in_place < 0) goto out;
     latent_weights_link(&m->w, &m->cfg);
     if (in_place > 0) {
-        /* F32 tensors point into the mappings: they live as long as the model. */
+        /* F32 tensors (and kept BF16 ones) point into the mappings: they live as long as the model. */
         m->mapped = malloc(sizeof src);
         if (!m->mapped) {
             latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);

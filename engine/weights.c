@@ -177,6 +177,10 @@ int latent_weights_save(const latent_weights *w, const char *path, int bf16, lat
         if (!file) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
         snprintf(file, n, "%s/model.safetensors", path);
     }
+    for (int i = 0; i < w->n_params; i++)
+        if (w->params[i].bf16) /* its slot holds zeros (latent_load_opts.keep_bf16) */
+            return latent_err_set(err, LATENT_E_INVALID, "%s: \"%s\" was loaded for a bf16 engine only (no F32 copy): "
+                                  "load the model with latent_model_load to save it", path, w->params[i].name);
     int n = w->n_params;
     const char **names = malloc((size_t)(n ? n : 1) * sizeof *names);
     const float **data = malloc((size_t)(n ? n : 1) * sizeof *data);

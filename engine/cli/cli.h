@@ -38,5 +38,9 @@ struct latent_model;
 struct latent_err;
 int cli_kv_pool(struct latent_kv_pool *pool, const struct latent_model *m, const struct latent_engine_opts *o,
                 const char *kv_setting, int seqs, int tokens, struct latent_err *err);
+/* latent_model_load for an engine with options o: an engine that will
+ * compute in bf16 gets the checkpoint's BF16 matrices packed straight from
+ * the file (latent_load_opts.keep_bf16), with no F32 copy on the way. */
+int cli_load_model(struct latent_model *m, const char *dir, const struct latent_engine_opts *o, struct latent_err *err);
 
 #endif

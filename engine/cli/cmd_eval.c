@@ -232,7 +232,7 @@ int cmd_eval(int argc, char **argv) {
     int lrc = load_data(&a, &d);
     if (lrc) return lrc;
     latent_model m = {0};
-    if (latent_model_load(&m, a.dir, &err) != 0) {
+    if (cli_load_model(&m, a.dir, &a.eo, &err) != 0) {
         latent_dataset_free(&d);
         cli_fail("eval: %s", err.msg);
         return 1;

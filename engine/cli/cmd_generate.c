@@ -87,7 +87,7 @@ int cmd_generate(int argc, char **argv) {
 
     latent_model m = {0};
     latent_err err;
-    if (latent_model_load(&m, dir, &err) != 0) {
+    if (cli_load_model(&m, dir, &eo, &err) != 0) {
         cli_fail("%s", err.msg);
         return 1;
     }

@@ -120,6 +120,11 @@ int cli_kv_pool(latent_kv_pool *pool, const latent_model *m, const latent_engine
     return latent_kv_pool_init(pool, &m->cfg, P, latent_kv_page_bytes(&m->cfg, P, kvd) * pages, kvd, err);
 }
 
+int cli_load_model(latent_model *m, const char *dir, const latent_engine_opts *o, latent_err *err) {
+    latent_load_opts lo = {.keep_bf16 = o->precision != LATENT_PRECISION_F32 && o->weights != LATENT_WEIGHTS_Q8};
+    return latent_model_load_opts(m, dir, &lo, err);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);

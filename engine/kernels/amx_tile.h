@@ -94,8 +94,21 @@ void latent_amx_release(void);
  * fixed roles above. Only where latent_isa_tile_ops() gives latent_amx_hw. */
 #define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,amx-int8")))
 
+/* GCC 12's intrinsics under-declare the memory these instructions read:
+ * _tile_loadconfig's asm names only the first 8 bytes of the 64-byte config,
+ * and _tile_loadd names no memory at all. Stores to the other 56 bytes of a
+ * config in a stack local are then dead to the compiler: at -O2, GCC 12
+ * drops every store past byte 16 of such a config and LDTILECFG reads stack
+ * garbage (seen in its assembly here; the faults amx-notes reports at -O1/-O2
+ * and not at -O0). A store just before a tile load could likewise move past
+ * it. A compiler barrier before each makes every earlier store land first;
+ * the config stays in thread-local storage all the same. */
+#define AMX_MEMORY_BARRIER() __asm__ volatile("" ::: "memory")
 
-AMX_TARGET static inline void amx_hw_config(const latent_amx_cfg *cfg) { _tile_loadconfig(cfg); }
+AMX_TARGET static inline void amx_hw_config(const latent_amx_cfg *cfg) {
+    AMX_MEMORY_BARRIER();
+    _tile_loadconfig(cfg);
+}
 
 AMX_TARGET static inline void amx_hw_zero(int t) {
     switch (t) {
@@ -112,6 +125,7 @@ AMX_TARGET static inline void amx_hw_zero(int t) {
 }
 
 AMX_TARGET static inline void amx_hw_load(int t, const void *base, size_t stride) {
+    AMX_MEMORY_BARRIER();
     switch (t) {
     case 0: _tile_loadd(0, base, stride); break;
     case 1: _tile_loadd(1, base, stride); break;

@@ -28,7 +28,10 @@
 
 size_t latent_gemm_bf16_bytes(int n_panels, int k) { return (size_t)n_panels * ((k + 1) / 2) * GEMM_PANEL * 2 * sizeof(uint16_t); }
 
-int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, int k) {
+/* W (n, k) into panels, from F32 (wf, rounded) or from BF16 (wb, as is but
+ * for NaNs, quietened as latent_f32_to_bf16 does): the same panels for the
+ * same values either way. */
+static int pack_panels(uint16_t **out, int *n_panels, const float *wf, const uint16_t *wb, int n, int k) {
     int np = (n + GEMM_PANEL - 1) / GEMM_PANEL, kp = (k + 1) / 2;
     uint16_t *d = latent_huge_alloc(latent_gemm_bf16_bytes(np, k));
     if (!d) return -1;
@@ -39,12 +42,23 @@ int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, 
                 int row = pn * GEMM_PANEL + j;
                 for (int h = 0; h < 2; h++) {
                     int kk = 2 * q + h;
-                    dst[2 * j + h] = row < n && kk < k ? latent_f32_to_bf16(w[(size_t)row * k + kk]) : 0;
+                    size_t i = (size_t)row * k + kk;
+                    uint16_t v = 0;
+                    if (row < n && kk < k) v = wf ? latent_f32_to_bf16(wf[i]) : (wb[i] & 0x7fff) > 0x7f80 ? wb[i] | 0x40 : wb[i];
+                    dst[2 * j + h] = v;
                 }
             }
         }
     *out = d, *n_panels = np;
     return 0;
+}
+
+int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, int k) {
+    return pack_panels(out, n_panels, w, NULL, n, k);
+}
+
+int latent_gemm_bf16_pack_bf16(uint16_t **out, int *n_panels, const uint16_t *w, int n, int k) {
+    return pack_panels(out, n_panels, NULL, w, n, k);
 }
 
 void latent_gemm_bf16_free(uint16_t *panels, int n_panels, int k) {

@@ -36,6 +36,8 @@ int latent_linear_init(latent_linear *l, const float *w, int out_dim, int in_dim
 int latent_linear_init_blas(latent_linear *l, const float *w, int out_dim, int in_dim);
 /* The same matrix held in bf16 panels (latent_gemm_bf16_*), on every ISA. */
 int latent_linear_init_bf16(latent_linear *l, const float *w, int out_dim, int in_dim);
+/* The same from W stored in BF16 (not owned, read only here); l->w stays NULL. */
+int latent_linear_init_from_bf16(latent_linear *l, const uint16_t *w, int out_dim, int in_dim);
 /* The same matrix quantized to int8 panels (q8.h, --weights q8), on every ISA. */
 int latent_linear_init_q8(latent_linear *l, const float *w, int out_dim, int in_dim);
 /* Row `row` of W as F32 (bf16 or dequantized q8 values): embedding lookups from a
@@ -151,6 +153,8 @@ void latent_gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, 
  * gemm_bf16.c for the layout and the fixed reduction order). */
 size_t latent_gemm_bf16_bytes(int n_panels, int k);
 int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, int k);
+/* The same from W already in BF16 (a checkpoint's values): no rounding. */
+int latent_gemm_bf16_pack_bf16(uint16_t **out, int *n_panels, const uint16_t *w, int n, int k);
 void latent_gemm_bf16_free(uint16_t *panels, int n_panels, int k);
 float latent_gemm_bf16_weight(const uint16_t *panels, int k, int row, int col);
 /* X (m, k) F32 -> bf16 rows of even length (k rounded up, padded with 0). */

@@ -66,6 +66,15 @@ int latent_linear_init_bf16(latent_linear *l, const float *w, int out_dim, int i
     return 0;
 }
 
+int latent_linear_init_from_bf16(latent_linear *l, const uint16_t *w, int out_dim, int in_dim) {
+    memset(l, 0, sizeof *l);
+    l->out_dim = out_dim, l->in_dim = in_dim, l->bf16 = 1;
+    uint16_t *p;
+    if (latent_gemm_bf16_pack_bf16(&p, &l->n_panels, w, out_dim, in_dim) != 0) return -1;
+    l->packed = p;
+    return 0;
+}
+
 void latent_linear_free(latent_linear *l) {
     if (!l) return;
     if (l->packed && l->bf16) latent_gemm_bf16_free(l->packed, l->n_panels, l->in_dim);

@@ -44,6 +44,9 @@ typedef struct latent_param {
     int64_t shape[2];
     int64_t numel;
     float **slot;       /* where the pointer lives in latent_weights */
+    const uint16_t *bf16; /* (numel) the BF16 values in the file mapping when the loader
+                           kept this matrix unwidened (latent_load_opts.keep_bf16):
+                           then *slot holds zeros, not the weights. NULL otherwise. */
 } latent_param;
 
 typedef struct latent_weights {
@@ -69,6 +72,8 @@ typedef struct latent_model {
                            place (copy-on-write); owned, released by latent_model_free */
     int checkpoint_bf16;/* the checkpoint stores its matrices in BF16 (the engine's
                            precision `auto` then computes in bf16) */
+    int bf16_kept;      /* how many matrices are held only as BF16 (param->bf16): such a
+                           model serves a bf16 engine and nothing that reads F32 weights */
 } latent_model;
 
 /* Builds the parameter table for cfg and allocates one zeroed slab behind it.
@@ -84,6 +89,17 @@ const latent_param *latent_weights_find(const latent_weights *w, const char *nam
  * and tokenizer.json (if present) from `dir`. Every expected tensor must be
  * present with the right shape; weights are converted to float32 once. */
 int latent_model_load(latent_model *m, const char *dir, latent_err *err);
+
+typedef struct latent_load_opts {
+    /* 1: matrices the checkpoint stores in BF16 stay in the file mapping
+     * (param->bf16) and a bf16 engine packs its panels straight from them:
+     * no F32 copy is made, and their F32 slots stay zero. For a model that
+     * only an engine under bf16 (or auto, which a BF16 checkpoint resolves
+     * to bf16) will read; an F32 engine and latent_weights_save refuse it. */
+    int keep_bf16;
+} latent_load_opts;
+/* latent_model_load with options (NULL: the defaults, every tensor widened). */
+int latent_model_load_opts(latent_model *m, const char *dir, const latent_load_opts *o, latent_err *err);
 void latent_model_free(latent_model *m);
 
 /* Writes every param (F32, or BF16 when bf16 != 0) atomically: to

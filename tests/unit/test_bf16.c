@@ -162,8 +162,25 @@ static void test_pair_major(latent_isa isa) {
     }
 }
 
+/* Packing a matrix from its BF16 values (a checkpoint's, latent_load_opts.
+ * keep_bf16) gives the panels of packing their F32 widening: every bit
+ * pattern, NaNs included, odd k and a partial panel. */
+static void test_pack_from_bf16(void) {
+    int n = 70, k = 1001, np1 = 0, np2 = 0; /* n k > 65536 */
+    uint16_t *h = malloc(sizeof(uint16_t) * n * k), *p1 = NULL, *p2 = NULL;
+    float *w = malloc(sizeof(float) * n * k);
+    /* 40503 is odd: the first 65536 elements take every bit pattern once */
+    for (int i = 0; i < n * k; i++) h[i] = (uint16_t)((unsigned)i * 40503u), w[i] = latent_bf16_to_f32(h[i]);
+    CHECK(latent_gemm_bf16_pack(&p1, &np1, w, n, k) == 0 && latent_gemm_bf16_pack_bf16(&p2, &np2, h, n, k) == 0, "pack");
+    CHECK(p1 && p2 && np1 == np2 && memcmp(p1, p2, latent_gemm_bf16_bytes(np1, k)) == 0,
+          "panels packed from bf16 differ from those packed from their F32 values");
+    latent_gemm_bf16_free(p1, np1, k), latent_gemm_bf16_free(p2, np2, k);
+    free(h), free(w);
+}
+
 int main(void) {
     test_rounding();
+    test_pack_from_bf16();
     test_kv_pages();
     latent_isa top = latent_isa_detected();
     float *results[LATENT_ISA_AMX + 1] = {0};

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "latent/config.h"
+#include "latent/engine.h"
 #include "latent/model.h"
 #include "safetensors.h"
 
@@ -273,6 +274,118 @@ static void test_roundtrips(void) {
     c = lrt_config(true, false, true);
     c.tie_embeddings = true;
     roundtrip(&c, 1, "lrt-kv-only-tied");
+}
+
+static float bf16_value(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Every position's logits of a 9-token prompt and 3 decoded tokens under a
+ * bf16 engine with options o; 0, or -1 with err set (nothing allocated). */
+static int bf16_logits(const latent_model *m, const latent_engine_opts *o, float *out, size_t *released, latent_err *err) {
+    const int n = 12, n_prompt = 9, V = m->cfg.vocab;
+    int32_t tok[12];
+    for (int i = 0; i < n; i++) tok[i] = (i * 7 + 3) % V;
+    latent_kv_pool pool;
+    latent_seq s;
+    if (latent_kv_pool_init(&pool, &m->cfg, 4, latent_kv_page_bytes(&m->cfg, 4, LATENT_KV_BF16) * 8, LATENT_KV_BF16, err) != 0)
+        return -1;
+    latent_engine *eng = latent_engine_new_opts(m, o, err);
+    if (!eng) {
+        latent_kv_pool_free(&pool);
+        return -1;
+    }
+    CHECK(latent_engine_precision(eng) == LATENT_PRECISION_BF16, "a bf16 engine");
+    *released = latent_engine_release_unpacked(eng);
+    CHECK(latent_engine_release_unpacked(eng) == 0, "released twice");
+    CHECK(latent_seq_init(&s, &pool, &m->cfg, err) == 0, "seq: %s", err->msg);
+    for (int from = 0; from < n;) {
+        int to = from < n_prompt ? n_prompt : from + 1;
+        latent_batch_entry b = {.seq = &s, .tokens = tok + from, .n_tokens = to - from, .prompt = from < n_prompt,
+                                .logits = LATENT_LOGITS_ALL, .out = out + (size_t)from * V};
+        CHECK(latent_engine_step(eng, &b, 1, err) == 0, "step: %s", err->msg);
+        from = to;
+    }
+    latent_seq_free(&s);
+    latent_engine_free(eng);
+    latent_kv_pool_free(&pool);
+    return 0;
+}
+
+/* latent_load_opts.keep_bf16: BF16 matrices stay in the file and a bf16
+ * engine packs them from there, with the same logits bit for bit as from
+ * the widened copy; F32 engines and saving refuse such a model; an F32
+ * checkpoint keeps nothing. */
+static void keep_bf16(const latent_config *cfg, const char *tag) {
+    char dir[256];
+    new_dir(dir, sizeof dir, tag);
+    latent_weights ref;
+    write_model(dir, cfg, &ref, 1);
+    latent_model wide, kept;
+    latent_err e = {0};
+    latent_load_opts lo = {.keep_bf16 = 1};
+    CHECK(latent_model_load(&wide, dir, &e) == 0, "%s: %s", tag, e.msg);
+    CHECK(latent_model_load_opts(&kept, dir, &lo, &e) == 0, "%s: %s", tag, e.msg);
+    int matrices = 0;
+    for (int i = 0; i < kept.w.n_params; i++) {
+        const latent_param *p = &kept.w.params[i], *q = &wide.w.params[i];
+        matrices += p->ndim == 2;
+        CHECK((p->bf16 != NULL) == (p->ndim == 2) && !q->bf16, "%s: %s kept %d", tag, p->name, p->bf16 != NULL);
+        if (p->ndim == 1)
+            CHECK(memcmp(*p->slot, *q->slot, (size_t)p->numel * sizeof(float)) == 0, "%s: %s", tag, p->name);
+        else
+            for (int64_t j = 0; j < p->numel; j++)
+                if (bf16_value(p->bf16[j]) != (*q->slot)[j] || (*p->slot)[j] != 0.0f) {
+                    CHECK(0, "%s: %s[%lld] kept as %g, widened %g, slot %g", tag, p->name, (long long)j,
+                          bf16_value(p->bf16[j]), (*q->slot)[j], (*p->slot)[j]);
+                    break;
+                }
+    }
+    CHECK(kept.bf16_kept == matrices && wide.bf16_kept == 0, "%s: %d of %d matrices kept", tag, kept.bf16_kept, matrices);
+    size_t sz = (size_t)12 * cfg->vocab * sizeof(float), rel_wide = 0, rel_kept = 0;
+    float *a = malloc(sz), *b = malloc(sz);
+    latent_engine_opts bf = {.precision = LATENT_PRECISION_BF16}, autop = {0}, f32 = {.precision = LATENT_PRECISION_F32};
+    CHECK(bf16_logits(&wide, &bf, a, &rel_wide, &e) == 0, "%s: %s", tag, e.msg);
+    CHECK(bf16_logits(&kept, &bf, b, &rel_kept, &e) == 0, "%s: %s", tag, e.msg);
+    CHECK(memcmp(a, b, sz) == 0, "%s: logits from kept BF16 matrices differ from the widened ones", tag);
+    CHECK(bf16_logits(&kept, &autop, b, &rel_kept, &e) == 0 && memcmp(a, b, sz) == 0, "%s: auto: %s", tag, e.msg);
+    latent_engine *eng = latent_engine_new_opts(&kept, &f32, &e);
+    CHECK(!eng && e.code == LATENT_E_INVALID && strstr(e.msg, "bf16"), "%s: an F32 engine on kept matrices: %s", tag,
+          eng ? "built" : e.msg);
+    latent_engine_free(eng);
+    char path[512];
+    path_in(path, sizeof path, dir, "copy.safetensors");
+    CHECK(latent_weights_save(&kept.w, path, 1, &e) != 0 && e.code == LATENT_E_INVALID, "%s: saving kept matrices", tag);
+    free(a), free(b);
+    latent_model_free(&kept);
+    latent_model_free(&wide);
+    latent_weights_free(&ref);
+    /* F32 checkpoint: nothing to keep, the F32 engine works */
+    new_dir(dir, sizeof dir, tag);
+    write_model(dir, cfg, &ref, 0);
+    CHECK(latent_model_load_opts(&kept, dir, &lo, &e) == 0 && kept.bf16_kept == 0, "%s f32: %s", tag, e.msg);
+    eng = latent_engine_new_opts(&kept, &f32, &e);
+    CHECK(eng != NULL, "%s f32: %s", tag, e.msg);
+    latent_engine_free(eng);
+    latent_model_free(&kept);
+    latent_weights_free(&ref);
+}
+
+static void test_keep_bf16(void) {
+    latent_config c = tiny_config();
+    keep_bf16(&c, "keep-plain");
+    c.tie_embeddings = true;
+    keep_bf16(&c, "keep-tied");
+    c = t2mlr_config();
+    keep_bf16(&c, "keep-t2mlr");
+    c = lrt_config(false, true, true);
+    keep_bf16(&c, "keep-lrt-perblock");
+    c = lrt_config(true, true, true);
+    c.tie_embeddings = true;
+    keep_bf16(&c, "keep-lrt-shared-tied");
 }
 
 /* Splits the table over two shards at param `split` and writes the index. */
@@ -771,6 +884,7 @@ int main(void) {
     test_truncated_model();
     test_model_errors();
     test_save_to_file();
+    test_keep_bf16();
     if (tu_failures == 0) rm_rf(g_root);
     else fprintf(stderr, "kept %s for inspection\n", g_root);
     return tu_finish("test_loader");
