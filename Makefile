@@ -164,6 +164,8 @@ $(BUILD)/latent-bench: $(BUILD)/obj/clients/latent-bench.o $(BUILD)/obj/clients/
 $(BUILD)/tests/test_bench_stats: $(BUILD)/obj/clients/bench_stats.o
 # The daemon's parts that need neither MHD nor libuv, unit-tested on their own.
 $(BUILD)/tests/test_srv_guard: $(BUILD)/obj/server/http_guard.o
+$(BUILD)/tests/test_srv_text: $(BUILD)/obj/server/textstream.o $(BUILD)/obj/server/buf.o
+$(BUILD)/tests/test_srv_prefix_cache: $(BUILD)/obj/server/prefix_cache.o
 $(BUILD)/tests/test_srv_sched: $(BUILD)/obj/server/scheduler.o $(BUILD)/obj/server/prefix_cache.o \
     $(BUILD)/obj/server/session.o $(BUILD)/obj/server/log.o
 
