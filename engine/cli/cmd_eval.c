@@ -1,4 +1,5 @@
 /* latent eval: a model's accuracy on a synthetic task file, by position or depth. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 
 static const char *help =
     "usage: latent eval --model DIR --data FILE.bin [--max-records N] [--bucket-width W]\n"
-    "                   [--batch B] [--json] [--show K] [--precision auto|f32|bf16]\n"
+    "                   [--batch B] [--json] [--show K] [--precision auto|f32|bf16] [--weights auto|q8]\n"
     "                   [--task group|group-final|s5-retrieval|var-assign|raw\n"
     "                    --record-len L [--mask FILE.mask] [--labels FILE.labels]]\n"
     "\n"
@@ -110,6 +111,7 @@ typedef struct {
     int n_kinds, n_rows, shown;
     long width;
     acc *tab, *total, whole;
+    double nll;   /* sum over targets of -log softmax(logits)[target] */
 } tally;
 
 /* Scores one record's targets from its logits (argmax at the position before
@@ -124,6 +126,9 @@ static int score_record(const eval_args *a, const latent_task *t, tally *y, int 
         for (int j = 1; j < V; j++)
             if (row[j] > row[best]) best = j;
         got[k] = best;
+        double z = 0; /* log-sum-exp about the max: the target's negative log-likelihood */
+        for (int j = 0; j < V; j++) z += exp((double)row[j] - row[best]);
+        y->nll += log(z) + row[best] - row[tb[k].want];
         int ok = (uint32_t)best == tb[k].want;
         all_ok &= ok;
         int bk = tb[k].bucket < 0 ? 0 : tb[k].bucket / (int)y->width;
@@ -167,7 +172,10 @@ static void print_json(const latent_task *t, const tally *y, int n_rec) {
     printf("], \"overall\": {");
     for (int k = 0; k < y->n_kinds; k++)
         printf("%s\"%s\": %.6f", k ? ", " : "", y->kinds[k], y->total[k].n ? (double)y->total[k].ok / (double)y->total[k].n : 0.0);
-    printf("}, \"records_correct\": %.6f}\n", y->whole.n ? (double)y->whole.ok / (double)y->whole.n : 0.0);
+    long long n = 0;
+    for (int k = 0; k < y->n_kinds; k++) n += y->total[k].n;
+    printf("}, \"records_correct\": %.6f, \"mean_nll\": %.6f, \"perplexity\": %.4f}\n",
+           y->whole.n ? (double)y->whole.ok / (double)y->whole.n : 0.0, n ? y->nll / n : 0.0, n ? exp(y->nll / n) : 0.0);
 }
 
 static void print_table(const latent_task *t, const tally *y, int n_rec, int L, const char *dir) {
@@ -190,6 +198,9 @@ static void print_table(const latent_task *t, const tally *y, int n_rec, int L, 
                    (double)y->total[k].ok / (double)y->total[k].n);
     printf("records fully correct: %lld of %lld (%.4f)\n", (long long)y->whole.ok, (long long)y->whole.n,
            y->whole.n ? (double)y->whole.ok / (double)y->whole.n : 0.0);
+    long long n = 0;
+    for (int k = 0; k < y->n_kinds; k++) n += y->total[k].n;
+    if (n) printf("mean NLL of the targets %.4f, perplexity %.3f\n", y->nll / n, exp(y->nll / n));
 }
 
 /* The records the data and model allow: context, vocabulary. 0, or 2. */

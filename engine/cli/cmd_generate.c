@@ -13,7 +13,7 @@
 static const char *help =
     "usage: latent generate --model DIR --prompt TEXT [-n N] [--temperature T]\n"
     "                       [--top-k K] [--top-p P] [--seed S] [--ids]\n"
-    "                       [--precision auto|f32|bf16] [--kv-dtype auto|f32|bf16]\n"
+    "                       [--precision auto|f32|bf16] [--weights auto|q8] [--kv-dtype auto|f32|bf16]\n"
     "\n"
     "Encodes TEXT with DIR/tokenizer.json, runs it as a prompt and streams up to N\n"
     "(default 64) generated tokens to stdout as text, stopping early at the model's\n"

@@ -10,7 +10,7 @@
 
 static const char *help =
     "usage: latent logits --model DIR --tokens ID,ID,... [--n-prompt K] [--incremental]\n"
-    "                     [--precision auto|f32|bf16] [--kv-dtype auto|f32|bf16]\n"
+    "                     [--precision auto|f32|bf16] [--weights auto|q8] [--kv-dtype auto|f32|bf16]\n"
     "\n"
     "Runs the model over the tokens and prints {\"logits\": [[...], ...]}, one row\n"
     "of vocab_size floats per position. The first K tokens (all, by default) are a\n"
