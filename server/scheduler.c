@@ -3,6 +3,8 @@
 #include "scheduler.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -56,8 +58,7 @@ struct srv_sched {
     int n_scratch;
     staged *stage;
     int n_stage, cap_stage;
-    srv_session **done;       /* finished this round, to publish */
-    int n_done, cap_done;
+    srv_session *done_head;   /* finished this round, to publish (linked through done_next: no allocation can lose one) */
     uint64_t admit_counter;
     long long prefill_tokens, reused_tokens, generated_tokens, failed_steps, preemptions;
     long long paused_preemptions; /* of which: paused by backpressure, to let others run */
@@ -70,12 +71,21 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Tests: the k-th growth from now on fails (srv_sched_fail_alloc). */
+static atomic_int fail_countdown = -1, alloc_calls;
+
+int srv_sched_fail_alloc(int k) {
+    int calls = atomic_exchange(&alloc_calls, 0);
+    atomic_store(&fail_countdown, k);
+    return calls;
+}
+
 /* Grows an array to hold n items; -1 when out of memory. */
 static int grow(void **arr, int *cap, int n, size_t item) {
     if (n <= *cap) return 0;
     int c = *cap ? *cap : 16;
     while (c < n) c *= 2;
-    void *p = realloc(*arr, (size_t)c * item);
+    void *p = atomic_fetch_add(&alloc_calls, 1) == atomic_load(&fail_countdown) ? NULL : realloc(*arr, (size_t)c * item);
     if (!p) return -1;
     *arr = p, *cap = c;
     return 0;
@@ -262,6 +272,13 @@ void srv_sched_get_stats(srv_sched *s, srv_sched_stats *out) {
 
 static int cancelled(srv_session *x) { return atomic_load(&x->cancel); }
 
+/* Under mu: a finished session lost an event: it ends with an error. */
+static void lost_at_finish(srv_session *x) {
+    if (x->done_reason == SRV_FINISH_CANCELLED) return;
+    x->done_reason = SRV_FINISH_ERROR;
+    snprintf(x->err, sizeof x->err, "out of memory delivering tokens");
+}
+
 /* Records that x stops here (published later); its sequence goes to the
  * prefix cache. */
 static void finish(srv_sched *s, srv_session *x, srv_finish why) {
@@ -270,8 +287,13 @@ static void finish(srv_sched *s, srv_session *x, srv_finish why) {
     latent_seq_free(&x->seq);
     x->state = SRV_ST_DONE;
     x->done_reason = why;
-    if (GROW(s->done, s->cap_done, s->n_done + 1) == 0) s->done[s->n_done++] = x;
-    else srv_log(SRV_LOG_ERROR, "scheduler: out of memory publishing a finished session");
+    x->done_next = s->done_head;
+    s->done_head = x;
+    if (x->lost) {
+        pthread_mutex_lock(&s->mu);
+        lost_at_finish(x);
+        pthread_mutex_unlock(&s->mu);
+    }
 }
 
 static void fail(srv_sched *s, srv_session *x, const char *msg) {
@@ -482,9 +504,15 @@ static void admit(srv_sched *s) {
                 goto next;
             }
         }
-        if (GROW(s->running, s->cap_running, s->n_running + n) != 0) return;
+        int no_room = GROW(s->running, s->cap_running, s->n_running + n) != 0;
         memmove(&s->wait[w], &s->wait[w + 1], (size_t)(s->n_wait - w - 1) * sizeof *s->wait);
         s->n_wait--;
+        if (no_room) { /* nothing would wake this thread to retry: the group ends with an error */
+            fail(s, g, "out of memory admitting the request");
+            for (int i = 0; i < g->n_followers; i++)
+                if (is_follower_of(g->followers[i], g)) fail(s, g->followers[i], "out of memory admitting the request");
+            continue;
+        }
         double now = now_s();
         if (start_session(s, g, NULL, now) != 0) {
             fail(s, g, "out of memory");
@@ -561,8 +589,13 @@ static void grow_reservations(srv_sched *s) {
 
 /* ---- step thread: one step ------------------------------------------------------ */
 
+/* An event that cannot be kept fails its session (fail_lost), so that the
+ * client gets an error instead of a stream with a hole in it. */
 static void stage_event(srv_sched *s, srv_session *x, const srv_event *ev) {
-    if (GROW(s->stage, s->cap_stage, s->n_stage + 1) != 0) return;
+    if (GROW(s->stage, s->cap_stage, s->n_stage + 1) != 0) {
+        x->lost = 1;
+        return;
+    }
     s->stage[s->n_stage].sess = x;
     s->stage[s->n_stage].ev = *ev;
     s->n_stage++;
@@ -762,7 +795,10 @@ static void sample_and_publish(srv_sched *s) {
 /* One engine step over the batch; returns the entries it ran (0: nothing to
  * do, every running session paused or waiting). */
 static int run_step(srv_sched *s) {
-    if (GROW(s->entries, s->cap_entries, s->n_running) != 0 || GROW(s->samp, s->cap_samp, s->n_running) != 0) return 0;
+    if (GROW(s->entries, s->cap_entries, s->n_running) != 0 || GROW(s->samp, s->cap_samp, s->n_running) != 0) {
+        for (int i = 0; i < s->n_running; i++) fail(s, s->running[i], "out of memory building the step");
+        return s->n_running;
+    }
     int rows;
     size_t logit_rows;
     int n = build_batch(s, &rows, &logit_rows);
@@ -813,23 +849,27 @@ static int publish(srv_sched *s, srv_session ***to_free, int *n_free, int *cap_f
     for (int i = 0; i < s->n_stage; i++) {
         srv_session *x = s->stage[i].sess;
         int w = x->ev_w;
-        if (x->ev_n >= x->ev_cap[w] && grow((void **)&x->ev_buf[w], &x->ev_cap[w], x->ev_n + 1, sizeof(srv_event)) != 0)
+        if (x->ev_n >= x->ev_cap[w] && grow((void **)&x->ev_buf[w], &x->ev_cap[w], x->ev_n + 1, sizeof(srv_event)) != 0) {
+            if (x->state != SRV_ST_DONE) x->lost = 1, s->nudged = 1; /* failed next round */
+            else lost_at_finish(x);                                 /* published below as an error */
             continue;
+        }
         x->ev_buf[w][x->ev_n++] = s->stage[i].ev;
         push_ready(s, x);
         woke = 1;
     }
     s->n_stage = 0;
-    for (int i = 0; i < s->n_done; i++) {
-        srv_session *x = s->done[i];
+    for (srv_session *x = s->done_head, *nx; x; x = nx) {
+        nx = x->done_next;
         x->finish = x->done_reason;
         push_ready(s, x);
         woke = 1;
         s->held--;
         srv_session *f = unref_locked(x);
         if (f && GROW(*to_free, *cap_free, *n_free + 1) == 0) (*to_free)[(*n_free)++] = f;
+        else if (f) srv_session_free(f); /* no room to defer it: freed under the lock */
     }
-    s->n_done = 0;
+    s->done_head = NULL;
     srv_sched_stats *st = &s->stats;
     st->waiting = 0;
     for (int i = 0; i < s->n_wait; i++) st->waiting += group_size(s->wait[i]);
@@ -846,6 +886,12 @@ static int publish(srv_sched *s, srv_session ***to_free, int *n_free, int *cap_f
     st->paused_preemptions = s->paused_preemptions;
     st->engine = *latent_engine_get_stats(s->eng);
     return woke;
+}
+
+/* Sessions that lost an event to a failed allocation end with an error. */
+static void fail_lost(srv_sched *s) {
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i]->lost && s->running[i]->state != SRV_ST_DONE) fail(s, s->running[i], "out of memory delivering tokens");
 }
 
 static void *step_main(void *arg) {
@@ -870,6 +916,7 @@ static void *step_main(void *arg) {
         grow_reservations(s);
         compact_running(s);
         int worked = s->n_running > 0 && run_step(s) > 0;
+        fail_lost(s);
         compact_running(s);
 
         pthread_mutex_lock(&s->mu);
@@ -932,7 +979,7 @@ void srv_sched_free(srv_sched *s) {
     for (int i = 0; s->scratch && i < s->n_scratch; i++) free(s->scratch[i]);
     free(s->scratch);
     free(s->wait), free(s->running), free(s->entries), free(s->logits);
-    free(s->samp), free(s->stage), free(s->done);
+    free(s->samp), free(s->stage);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

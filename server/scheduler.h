@@ -89,6 +89,11 @@ void srv_sched_unref(srv_sched *s, srv_session *sess);
 /* Queue wait of a session in seconds, or -1 while it still waits. */
 double srv_sched_queue_wait(srv_sched *s, srv_session *sess);
 void srv_sched_get_stats(srv_sched *s, srv_sched_stats *out);
+/* Tests only: the k-th array growth of the scheduler from now on fails
+ * (k < 0: none), so that every allocation failure can be proven to end its
+ * sessions with an error and free everything. Returns the growths made
+ * since the previous call. */
+int srv_sched_fail_alloc(int k);
 /* 1 when the step thread is idle or finished a round within max_stall
  * seconds (the watchdog's liveness check). */
 int srv_sched_alive(srv_sched *s, double max_stall);

@@ -97,6 +97,8 @@ struct srv_session {
     float *logits;            /* this step's logit row (into the scheduler's buffer) */
     int step_prefill;         /* this step's entry is a prompt chunk (else a decode token) */
     srv_finish done_reason;   /* finish to publish */
+    srv_session *done_next;   /* the scheduler's finished-this-round list */
+    int lost;                 /* an event could not be kept: it fails with an error */
 };
 
 /* A zeroed session with one reference (the loop's); NULL when out of memory. */

@@ -203,6 +203,43 @@ static void test_cancel(const latent_model *m) {
     CHECK(srv_session_live() == 0, "every session freed: %ld alive", srv_session_live());
 }
 
+/* Three sessions with logprobs, two slots, k-th allocation failing (k < 0:
+ * none); returns the sessions that ended with an error. */
+static int faulty_run(const latent_model *m, int k, int *calls) {
+        srv_sched *s = start(m, 2, 2, 4 << 20);
+        run r[3] = {{0}};
+        int errors = 0;
+        srv_sched_fail_alloc(k);
+        for (int i = 0; i < 3; i++) {
+            r[i].sess = make(8 + i, 20, 10 + i);
+            r[i].sess->logprobs = 3;
+            srv_sched_submit(s, r[i].sess);
+        }
+        for (int i = 0; i < 3; i++) {
+            CHECK(wait_for(s, r, 3, i, -1), "allocation %d failing: session %d still ends", k, i);
+            int whole = r[i].finish == SRV_FINISH_LENGTH && r[i].n == 20;
+            CHECK(whole || r[i].finish == SRV_FINISH_ERROR, "allocation %d failing: session %d ends whole or with an error "
+                  "(finish %d, %d tokens)", k, i, r[i].finish, r[i].n);
+            if (r[i].finish == SRV_FINISH_ERROR) errors++;
+        }
+        release_all(s, r, 3);
+        srv_sched_free(s);
+        *calls = srv_sched_fail_alloc(-1);
+        CHECK(srv_session_live() == 0, "allocation %d failing: %ld sessions leaked", k, srv_session_live());
+        return errors;
+}
+
+/* Every allocation failure of the scheduler, one at a time: each session
+ * still ends (its tokens whole, or an error the loop can send), and nothing
+ * is leaked. */
+static void test_alloc_failures(const latent_model *m) {
+    int n, calls, errors = 0;
+    CHECK(faulty_run(m, -1, &n) == 0, "no failure injected: no error");
+    CHECK(n > 5, "a run grows the scheduler's arrays (%d times)", n);
+    for (int k = 0; k < n; k++) errors += faulty_run(m, k, &calls);
+    CHECK(errors > 0, "some failures ended sessions with an error (%d over %d runs)", errors, n);
+}
+
 int main(void) {
     latent_model m;
     if (tm_model(&m, tm_t2mlr(tm_config(32, 4, 4, 2, 48, 64), 1, 2, 1), 5, 0) != 0) return 1;
@@ -211,6 +248,7 @@ int main(void) {
     test_pause_gives_slot(&m);
     test_pool_pressure(&m);
     test_cancel(&m);
+    test_alloc_failures(&m);
     latent_model_free(&m);
     return tu_finish("test_srv_sched");
 }
