@@ -205,6 +205,63 @@ static void on_watchdog(uv_timer_t *t) {
     else srv_sdnotify("WATCHDOG=1");
 }
 
+/* The listening socket (systemd's when it passed one) and the HTTP layer; 0
+ * or -1 with *err set. */
+static int start_http(srv_ctx *x, latent_err *err) {
+    int fd, activated = srv_socket_activation_take(&fd, x->listen_desc, sizeof x->listen_desc, err);
+    if (activated == 0)
+        fd = srv_http_listen(x->cfg.host, x->cfg.port, x->cfg.unix_path, x->listen_desc, sizeof x->listen_desc, err);
+    if (activated > 0) {
+        srv_log(SRV_LOG_INFO, "socket activation: serving the socket passed as fd %d (host, port and unix not used)", fd);
+        free(x->cfg.unix_path); /* systemd's socket file: not ours to remove at exit */
+        x->cfg.unix_path = NULL;
+    }
+    srv_http_opts ho = {.listen_fd = fd, .max_body = x->cfg.max_body_bytes, .max_connections = x->cfg.max_connections,
+                        .max_connections_per_client = x->cfg.max_connections_per_client, .timeout_s = x->cfg.timeout_seconds,
+                        .header_timeout_s = x->cfg.header_timeout_seconds, .body_timeout_s = x->cfg.body_timeout_seconds,
+                        .min_body_rate = x->cfg.min_body_rate, .max_body_buffer = (size_t)x->cfg.max_body_buffer_mib << 20,
+                        .stream_stall_s = x->cfg.stream_stall_seconds, .retry_after_s = x->cfg.retry_after,
+                        .cors_origins = &x->cfg.cors_origins};
+    srv_http_cbs cbs = {srv_routes_on_request, NULL, srv_routes_on_close}; /* generation requests attach their own abort */
+    if (fd < 0 || !(x->http = srv_http_start(x->loop, &ho, &cbs, x, err))) return -1;
+    return 0;
+}
+
+/* The loop's own handles: the step thread's wake-up, the signals, the timers. */
+static void start_handles(srv_ctx *x) {
+    uv_async_init(x->loop, &x->wake, srv_gen_on_wake);
+    x->wake.data = x;
+    uv_signal_t *sigs[] = {&x->sig_term, &x->sig_int, &x->sig_hup};
+    int signums[] = {SIGTERM, SIGINT, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        uv_signal_init(x->loop, sigs[i]);
+        sigs[i]->data = x;
+        uv_signal_start(sigs[i], on_signal, signums[i]);
+    }
+    uv_timer_t *timers[] = {&x->keepalive_timer, &x->watchdog_timer, &x->drain_timer};
+    for (int i = 0; i < 3; i++) {
+        uv_timer_init(x->loop, timers[i]);
+        timers[i]->data = x;
+    }
+    uint64_t ka = (uint64_t)(x->cfg.keepalive_seconds * 500);
+    uv_timer_start(&x->keepalive_timer, on_keepalive, ka ? ka : 1, ka ? ka : 1);
+    uint64_t wd = srv_sdnotify_watchdog_usec();
+    if (wd) uv_timer_start(&x->watchdog_timer, on_watchdog, wd / 2000, wd / 2000 ? wd / 2000 : 1);
+}
+
+static void free_ctx(srv_ctx *x) {
+    srv_sched_free(x->sched);
+    srv_sched_free(x->loaded_sched); /* loaded while the server was already stopping */
+    uv_loop_close(x->loop);
+    latent_model_free(&x->model);
+    srv_tmpl_free(&x->tmpl);
+    srv_quota_free(&x->quota);
+    srv_metrics_free(&x->metrics);
+    free(x->ready_list);
+    free(x->served_name);
+    if (x->cfg.unix_path) unlink(x->cfg.unix_path);
+}
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     static srv_ctx ctx;
@@ -231,62 +288,19 @@ int main(int argc, char **argv) {
     }
     if (x->cfg.threads > 0) latent_set_threads(x->cfg.threads);
     srv_metrics_init(&x->metrics);
-
     x->loop = uv_default_loop();
-    /* A socket passed by systemd (latentd.socket) when there is one, else our own. */
-    int fd, activated = srv_socket_activation_take(&fd, x->listen_desc, sizeof x->listen_desc, &err);
-    if (activated == 0)
-        fd = srv_http_listen(x->cfg.host, x->cfg.port, x->cfg.unix_path, x->listen_desc, sizeof x->listen_desc, &err);
-    if (activated > 0) {
-        srv_log(SRV_LOG_INFO, "socket activation: serving the socket passed as fd %d (host, port and unix not used)", fd);
-        free(x->cfg.unix_path); /* systemd's socket file: not ours to remove at exit */
-        x->cfg.unix_path = NULL;
-    }
-    srv_http_opts ho = {.listen_fd = fd, .max_body = x->cfg.max_body_bytes, .max_connections = x->cfg.max_connections,
-                        .max_connections_per_client = x->cfg.max_connections_per_client, .timeout_s = x->cfg.timeout_seconds,
-                        .header_timeout_s = x->cfg.header_timeout_seconds, .body_timeout_s = x->cfg.body_timeout_seconds,
-                        .min_body_rate = x->cfg.min_body_rate, .max_body_buffer = (size_t)x->cfg.max_body_buffer_mib << 20,
-                        .stream_stall_s = x->cfg.stream_stall_seconds, .retry_after_s = x->cfg.retry_after,
-                        .cors_origins = &x->cfg.cors_origins};
-    srv_http_cbs cbs = {srv_routes_on_request, NULL, srv_routes_on_close}; /* generation requests attach their own abort */
-    if (fd < 0 || !(x->http = srv_http_start(x->loop, &ho, &cbs, x, &err))) {
+    if (start_http(x, &err) != 0) {
         srv_log(SRV_LOG_ERROR, "%s", err.msg);
         return 1;
     }
-    uv_async_init(x->loop, &x->wake, srv_gen_on_wake);
-    x->wake.data = x;
-    uv_signal_t *sigs[] = {&x->sig_term, &x->sig_int, &x->sig_hup};
-    int signums[] = {SIGTERM, SIGINT, SIGHUP};
-    for (int i = 0; i < 3; i++) {
-        uv_signal_init(x->loop, sigs[i]);
-        sigs[i]->data = x;
-        uv_signal_start(sigs[i], on_signal, signums[i]);
-    }
-    uv_timer_t *timers[] = {&x->keepalive_timer, &x->watchdog_timer, &x->drain_timer};
-    for (int i = 0; i < 3; i++) {
-        uv_timer_init(x->loop, timers[i]);
-        timers[i]->data = x;
-    }
-    uint64_t ka = (uint64_t)(x->cfg.keepalive_seconds * 500);
-    uv_timer_start(&x->keepalive_timer, on_keepalive, ka ? ka : 1, ka ? ka : 1);
-    uint64_t wd = srv_sdnotify_watchdog_usec();
-    if (wd) uv_timer_start(&x->watchdog_timer, on_watchdog, wd / 2000, wd / 2000 ? wd / 2000 : 1);
+    start_handles(x);
     srv_log(SRV_LOG_INFO, "latentd listening on %s (model %s loading)", x->listen_desc, x->cfg.model_dir);
 
     x->load_work.data = x;
     uv_queue_work(x->loop, &x->load_work, load_work, load_done);
     uv_run(x->loop, UV_RUN_DEFAULT);
 
-    srv_sched_free(x->sched);
-    srv_sched_free(x->loaded_sched); /* loaded while the server was already stopping */
-    uv_loop_close(x->loop);
-    latent_model_free(&x->model);
-    srv_tmpl_free(&x->tmpl);
-    srv_quota_free(&x->quota);
-    srv_metrics_free(&x->metrics);
-    free(x->ready_list);
-    free(x->served_name);
-    if (x->cfg.unix_path) unlink(x->cfg.unix_path);
+    free_ctx(x);
     srv_log(SRV_LOG_INFO, "exit %d", x->exit_code);
     srv_log_close();
     srv_config_free(&x->cfg);
