@@ -325,12 +325,16 @@ static json_t *cfg_real(float x) {
 }
 
 int latent_config_save(const latent_config *cfg, const char *path, latent_err *err) {
+    return latent_config_save_dtype(cfg, path, 0, err);
+}
+
+int latent_config_save_dtype(const latent_config *cfg, const char *path, int bf16, latent_err *err) {
     json_t *o = json_object();
     if (!o) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     json_object_set_new(o, "architectures", json_pack("[s]", "LlamaForCausalLM"));
     json_object_set_new(o, "model_type", json_string("llama"));
     json_object_set_new(o, "hidden_act", json_string("silu"));
-    json_object_set_new(o, "torch_dtype", json_string("float32"));
+    json_object_set_new(o, "torch_dtype", json_string(bf16 ? "bfloat16" : "float32"));
     json_object_set_new(o, "hidden_size", json_integer(cfg->d));
     json_object_set_new(o, "intermediate_size", json_integer(cfg->ffn));
     json_object_set_new(o, "num_hidden_layers", json_integer(cfg->n_layers));

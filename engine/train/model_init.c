@@ -237,7 +237,7 @@ int latent_model_dir_write(const char *dir, const latent_config *cfg, const late
         goto done;
     }
     if (!(path = path_join(tmp, "config.json"))) goto oom;
-    if (latent_config_save(cfg, path, err) != 0) goto fail;
+    if (latent_config_save_dtype(cfg, path, bf16, err) != 0) goto fail;
     if (latent_weights_save(w, tmp, bf16, err) != 0) goto fail;
     for (int i = 0; files_from && latent_model_side_files[i]; i++) {
         free(path);

@@ -55,7 +55,11 @@ int latent_config_parse(const char *json_text, const char *origin,
 static inline int latent_config_q_dim(const latent_config *c) { return c->n_heads * c->head_dim; }
 static inline int latent_config_kv_dim(const latent_config *c) { return c->n_kv_heads * c->head_dim; }
 
-/* Writes cfg as a Hugging Face config.json (used by init/retrofit/tests). */
+/* Writes cfg as a Hugging Face config.json (used by init/retrofit/tests),
+ * with "torch_dtype": "float32". */
 int latent_config_save(const latent_config *cfg, const char *path, latent_err *err);
+/* The same naming the dtype the weights beside it are stored in:
+ * "bfloat16" when bf16, else "float32". */
+int latent_config_save_dtype(const latent_config *cfg, const char *path, int bf16, latent_err *err);
 
 #endif

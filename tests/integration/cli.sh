@@ -131,6 +131,23 @@ print(json.dumps(bpe_py.Tokenizer(sys.argv[2]).encode(sys.argv[3])))' "$ref" "$m
     fi
 done
 
+# --- init: config.json names the dtype model.safetensors holds -------------------
+for dt in f32 bf16; do
+    want=float32; [ "$dt" = bf16 ] && want=bfloat16
+    "$latent" init --config "$model/config.json" --out "$tmp/init-$dt" --seed 1 --dtype "$dt" >/dev/null 2>"$tmp/err"
+    got=$("$PY" -c 'import json, struct, sys
+d = sys.argv[1]
+h = open(d + "/model.safetensors", "rb"); n = struct.unpack("<Q", h.read(8))[0]
+dts = {v["dtype"] for k, v in json.loads(h.read(n)).items() if k != "__metadata__"}
+print(json.load(open(d + "/config.json"))["torch_dtype"], *sorted(dts))' "$tmp/init-$dt" 2>&1)
+    wantst=F32; [ "$dt" = bf16 ] && wantst=BF16
+    if [ "$got" = "$want $wantst" ]; then
+        ok "init --dtype $dt: torch_dtype $want, tensors $wantst"
+    else
+        fail "init --dtype $dt: torch_dtype $want, tensors $wantst" "got: $got" "$(head -c 300 "$tmp/err")"
+    fi
+done
+
 # --- bench runs on a model directory ------------------------------------------
 # Not a speed check (that is `make bench`): every row is printed with positive
 # figures and, for a recurrent model, a ratio beside the backbone's.
