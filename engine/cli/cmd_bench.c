@@ -152,6 +152,32 @@ static int parse_batches(const char *s, int *out, int cap) {
     return n;
 }
 
+/* --kinds: a comma-separated list of the standard models cmd_bench builds. */
+static const char *const kind_names[] = {"plain", "t2mlr", "lrt"};
+
+/* 1 when `name` is one of the list's items (whole items, not substrings). */
+static int kinds_has(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (!strncmp(p, name, n) && (p[n] == ',' || p[n] == 0)) return 1;
+    return 0;
+}
+
+/* 0 when every item of the list is a kind; else -1, the first other item in bad. */
+static int kinds_check(const char *list, char *bad, size_t cap) {
+    for (const char *p = list;; p++) {
+        size_t n = strcspn(p, ",");
+        size_t k = 0;
+        while (k < 3 && (strlen(kind_names[k]) != n || strncmp(p, kind_names[k], n))) k++;
+        if (k == 3) {
+            snprintf(bad, cap, "%.*s", (int)n, p);
+            return -1;
+        }
+        p += n;
+        if (!*p) return 0;
+    }
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *dir = NULL, *kinds = "plain,t2mlr,lrt", *v;
     int kernels = 0, determinism = 0;
@@ -217,6 +243,9 @@ int cmd_bench(int argc, char **argv) {
         fputs(help, stderr);
         return cli_fail("bench: unknown option '%s'", argv[i]);
     }
+    char bad[64];
+    if (kinds_check(kinds, bad, sizeof bad) != 0)
+        return cli_fail("bench: --kinds: unknown model kind '%s' (the kinds are plain, t2mlr and lrt)", bad);
     if (threads) latent_set_threads((int)threads);
     printf("latent bench: %d threads, OPENBLAS_CORETYPE=%s\n", latent_get_threads(),
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
@@ -238,7 +267,7 @@ int cmd_bench(int argc, char **argv) {
     static const struct { const char *name; latent_rec_type rec; } all[] = {
         {"plain", LATENT_REC_NONE}, {"t2mlr", LATENT_REC_T2MLR}, {"lrt", LATENT_REC_LRT}};
     for (int k = 0; k < 3; k++) {
-        if (!strstr(kinds, all[k].name)) continue;
+        if (!kinds_has(kinds, all[k].name)) continue;
         latent_model m;
         if (bench_make_standard(&m, all[k].rec, &err) != 0) return cli_fail("%s", err.msg);
         char name[96];

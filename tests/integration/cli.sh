@@ -60,6 +60,9 @@ expect_fail "generate -n negative" "-n" -- "$latent" generate --model "$model" -
 expect_fail "generate -n not a number" "-n" -- "$latent" generate --model "$model" --prompt hi -n many
 expect_fail "generate --temperature negative" "temperature" -- "$latent" generate --model "$model" --prompt hi --temperature -1
 expect_fail "generate missing --prompt" "prompt" -- "$latent" generate --model "$model"
+expect_fail "bench --kinds unknown name" "t2mlrx.*plain, t2mlr and lrt" -- "$latent" bench --kinds plain,t2mlrx --rounds 1
+expect_fail "bench --kinds empty item" "kind ''.*plain, t2mlr and lrt" -- "$latent" bench --kinds plain,,lrt --rounds 1
+expect_fail "bench --kinds empty" "kind ''" -- "$latent" bench --kinds "" --rounds 1
 
 # --- greedy generate == reference ------------------------------------------------
 # greedy_check MODEL PROMPT N
