@@ -123,7 +123,7 @@ int train_bench(long steps, const char *kinds_filter, const char *precisions) {
         latent_weights_free(&m.w);
     }
     free(tok), free(tgt);
-    if (rc == 0) printf("\n(vs plain: step time relative to the plain step; PyTorch 1.13 CPU reference: ~1560 tokens/s)\n");
+    if (rc == 0) printf("\n(vs plain: step time relative to the plain step)\n");
     return rc;
 }
 
