@@ -109,7 +109,6 @@ static int init_linear(const latent_engine *e, latent_linear *l, const float *w,
         return latent_linear_init_blas(l, w, out_dim, in_dim);
     return latent_linear_init(l, w, out_dim, in_dim);
 }
-#define latent_linear_init(l, w, o, i) init_linear(e, l, w, o, i)
 
 /* Prepares every matrix the forward multiplies by; under bf16 the token
  * embedding too (read from the tied head's panels, or its own). */
@@ -122,32 +121,31 @@ static int engine_init_linears(latent_engine *e) {
     for (int l = 0; l < c->n_layers; l++) {
         const latent_layer *L = &w->layers[l];
         engine_layer *E = &e->lin[l];
-        rc |= latent_linear_init(&E->wq, L->wq, qd, d);
-        rc |= latent_linear_init(&E->wk, L->wk, kvd, d);
-        rc |= latent_linear_init(&E->wv, L->wv, kvd, d);
-        rc |= latent_linear_init(&E->wo, L->wo, d, qd);
-        rc |= latent_linear_init(&E->wg, L->wg, c->ffn, d);
-        rc |= latent_linear_init(&E->wu, L->wu, c->ffn, d);
-        rc |= latent_linear_init(&E->wd, L->wd, d, c->ffn);
-        if (L->lrt_gate) rc |= latent_linear_init(&E->lrt_gate, L->lrt_gate, 2 * c->n_kv_heads, d);
-        if (L->lrt_k && !c->lrt.shared_kv_projection) rc |= latent_linear_init(&E->lrt_k, L->lrt_k, kvd, d);
-        if (L->lrt_v && !c->lrt.shared_kv_projection) rc |= latent_linear_init(&E->lrt_v, L->lrt_v, kvd, d);
+        rc |= init_linear(e, &E->wq, L->wq, qd, d);
+        rc |= init_linear(e, &E->wk, L->wk, kvd, d);
+        rc |= init_linear(e, &E->wv, L->wv, kvd, d);
+        rc |= init_linear(e, &E->wo, L->wo, d, qd);
+        rc |= init_linear(e, &E->wg, L->wg, c->ffn, d);
+        rc |= init_linear(e, &E->wu, L->wu, c->ffn, d);
+        rc |= init_linear(e, &E->wd, L->wd, d, c->ffn);
+        if (L->lrt_gate) rc |= init_linear(e, &E->lrt_gate, L->lrt_gate, 2 * c->n_kv_heads, d);
+        if (L->lrt_k && !c->lrt.shared_kv_projection) rc |= init_linear(e, &E->lrt_k, L->lrt_k, kvd, d);
+        if (L->lrt_v && !c->lrt.shared_kv_projection) rc |= init_linear(e, &E->lrt_v, L->lrt_v, kvd, d);
     }
-    if (w->lrt_shared_k) rc |= latent_linear_init(&e->lrt_k, w->lrt_shared_k, kvd, d);
-    if (w->lrt_shared_v) rc |= latent_linear_init(&e->lrt_v, w->lrt_shared_v, kvd, d);
-    rc |= latent_linear_init(&e->head, w->lm_head, c->vocab, d);
+    if (w->lrt_shared_k) rc |= init_linear(e, &e->lrt_k, w->lrt_shared_k, kvd, d);
+    if (w->lrt_shared_v) rc |= init_linear(e, &e->lrt_v, w->lrt_shared_v, kvd, d);
+    rc |= init_linear(e, &e->head, w->lm_head, c->vocab, d);
     if (e->precision == LATENT_PRECISION_BF16 || e->q8) {
         if (w->lm_head == w->embed) e->embed_src = &e->head;
-        else if ((rc |= latent_linear_init(&e->embed_bf16, w->embed, c->vocab, d)) == 0) e->embed_src = &e->embed_bf16;
+        else if ((rc |= init_linear(e, &e->embed_bf16, w->embed, c->vocab, d)) == 0) e->embed_src = &e->embed_bf16;
     }
     if (c->rec == LATENT_REC_T2MLR) {
-        rc |= latent_linear_init(&e->w_rec, w->t2mlr.w_rec, d, d);
-        rc |= latent_linear_init(&e->f_rec, w->t2mlr.f_rec_w, d, 2 * d);
-        rc |= latent_linear_init(&e->f_cur, w->t2mlr.f_cur_w, d, 2 * d);
+        rc |= init_linear(e, &e->w_rec, w->t2mlr.w_rec, d, d);
+        rc |= init_linear(e, &e->f_rec, w->t2mlr.f_rec_w, d, 2 * d);
+        rc |= init_linear(e, &e->f_cur, w->t2mlr.f_cur_w, d, 2 * d);
     }
     return rc;
 }
-#undef latent_linear_init
 
 const char *latent_precision_name(latent_precision p) {
     return p == LATENT_PRECISION_F32 ? "f32" : p == LATENT_PRECISION_BF16 ? "bf16" : "auto";
@@ -195,7 +193,6 @@ latent_precision latent_engine_opts_precision(const latent_model *m, const laten
 const char *latent_engine_weights_name(const latent_engine *e) {
     return e->q8 ? "q8" : latent_precision_name(e->precision);
 }
-int latent_engine_deterministic(const latent_engine *e) { return !e->attn.batch_variant; }
 
 static size_t linear_bytes(const latent_linear *l) {
     if (!l->out_dim) return 0;

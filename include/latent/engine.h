@@ -82,8 +82,6 @@ latent_engine *latent_engine_new(const latent_model *m, latent_err *err);
 latent_engine *latent_engine_new_opts(const latent_model *m, const latent_engine_opts *o, latent_err *err);
 /* The precision the engine computes in (auto resolved). */
 latent_precision latent_engine_precision(const latent_engine *e);
-/* 1 when the engine's kernels are batch invariant (opts.nondeterministic 0). */
-int latent_engine_deterministic(const latent_engine *e);
 /* Bytes of weights the engine reads in its products and lookups: its packed
  * matrices plus whatever it still reads from the model in F32. */
 size_t latent_engine_weight_bytes(const latent_engine *e);

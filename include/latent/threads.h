@@ -2,7 +2,7 @@
  *
  * OpenBLAS runs single-threaded inside each task; the engine splits its
  * matrix products by output rows across these threads itself, so the BLAS
- * pool and ours never compete for the two cores. Workers spin briefly
+ * pool and ours never compete for the cores. Workers spin briefly
  * between the many small parallel sections of a step (a decode step has
  * hundreds) and sleep once idle. One thread at a time may call
  * latent_parallel_for: the engine's step thread or the trainer. */

@@ -23,9 +23,12 @@ static int tu_checks;
     CHECK(fabs(a_ - b_) <= (tol), "%s: %.9g vs %.9g (tol %.3g)", (what), a_, b_, (double)(tol)); \
     } while (0)
 
+/* The binary's exit status: 1 when a check failed, or when none ran (a
+ * test that checked nothing proved nothing). */
 static inline int tu_finish(const char *name) {
     fprintf(stderr, "%s: %d checks, %d failed\n", name, tu_checks, tu_failures);
-    return tu_failures ? 1 : 0;
+    if (tu_checks == 0) fprintf(stderr, "%s: no check ran\n", name);
+    return tu_failures || tu_checks == 0 ? 1 : 0;
 }
 
 /* max |a-b| / max |b| over n values */
