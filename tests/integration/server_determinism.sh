@@ -4,7 +4,9 @@
 # random lengths run, greedy and seeded at temperature 1; for T2MLR and the
 # plain model, in f32 and bf16. Prompts are prefilled in 7-token chunks under
 # load (whole when alone) and the prefix cache is off, so the request's rows
-# really are computed in different batches and pieces.
+# really are computed in different batches and pieces. bf16 also on the
+# amx-model path (the AMX tile kernel through its software model; on an AMX
+# CPU the plain bf16 run is already the amx path).
 # env: LATENT_BUILD, LATENT_ROOT, PYTHON.
 set -u
 . "$(dirname "$0")/../server/lib.sh"
@@ -20,6 +22,8 @@ run() {
 run T2MLR_F32 "$model" --precision f32
 run T2MLR_BF16 "$model" --precision bf16
 run PLAIN_F32 "$tmp/plain" --precision f32
+LATENT_ISA=amx-model run T2MLR_BF16_AMX_MODEL "$model" --precision bf16
+check "amx-model: named in the start-up log" grep -q "kernels amx-model" "$tmp/T2MLR_BF16_AMX_MODEL.log"
 
 # Without the guarantee, no fingerprint promising it.
 start_server ND "$model" --deterministic false || exit 1
