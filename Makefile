@@ -177,7 +177,8 @@ $(BUILD)/tests/test_srv_sched: $(BUILD)/obj/server/scheduler.o $(BUILD)/obj/serv
 FUZZ_SECONDS ?= 20
 FUZZ_NAMES   := request tokenizer safetensors config
 FUZZ_BIN     := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
-FUZZ_SRC_request     := tests/fuzz/fuzz_request.c server/openai_request.c server/chat_template.c server/errors.c \
+FUZZ_SRC_request     := tests/fuzz/fuzz_request.c server/openai_request.c server/chat_template.c server/errors.c server/response_format.c \
+                        engine/json_schema.c engine/json_grammar.c \
                         server/buf.c server/textstream.c engine/sampler.c engine/rng.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
 FUZZ_SRC_tokenizer   := tests/fuzz/fuzz_tokenizer.c engine/tokenizer.c engine/unicode_tables.c engine/error.c
 FUZZ_SRC_safetensors := tests/fuzz/fuzz_safetensors.c engine/safetensors.c engine/model_load.c engine/weights.c \

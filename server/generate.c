@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <time.h>
 
+#include "latent/json_schema.h"
 #include "latent/tokenizer.h"
 #include "log.h"
 
@@ -155,6 +156,10 @@ static srv_session *make_session(srv_ctx *x, srv_gen *g, srv_choice *ch, int max
     s->ignore_eos = g->req.ignore_eos;
     for (int i = 0; i < x->model.cfg.n_eos && s->n_stop_ids < SRV_MAX_STOP_IDS; i++) s->stop_ids[s->n_stop_ids++] = x->model.cfg.eos_ids[i];
     if (g->chat && x->eot_id >= 0 && s->n_stop_ids < SRV_MAX_STOP_IDS) s->stop_ids[s->n_stop_ids++] = x->eot_id;
+    if (g->req.json && (!x->json_vocab || !(s->json = latent_json_guard_new(g->req.json, x->json_vocab, s->stop_ids, s->n_stop_ids)))) {
+        srv_session_free(s);
+        return NULL;
+    }
     s->logprobs = g->req.logprobs;
     s->prompt_logprobs = !g->chat && g->req.echo && g->req.logprobs;
     s->use_cache = !s->prompt_logprobs;

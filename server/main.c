@@ -10,6 +10,7 @@
 #include "fingerprint.h"
 #include "generate.h"
 #include "latent/config.h"
+#include "latent/json_schema.h"
 #include "latent/threads.h"
 #include "latent/tokenizer.h"
 #include "log.h"
@@ -98,6 +99,7 @@ static void load_done(uv_work_t *w, int status) {
     if (x->stopping) return;
     x->eot_id = x->tmpl.end_of_turn ? latent_tokenizer_token_id(x->model.tok, x->tmpl.end_of_turn) : -1;
     x->max_token_bytes = longest_token(x->model.tok);
+    x->json_vocab = latent_json_vocab_new(x->model.tok); /* NULL (out of memory): response_format requests get a 500 */
     latent_err err;
     x->sched = x->loaded_sched;
     x->loaded_sched = NULL;
@@ -253,6 +255,7 @@ static void free_ctx(srv_ctx *x) {
     srv_sched_free(x->sched);
     srv_sched_free(x->loaded_sched); /* loaded while the server was already stopping */
     uv_loop_close(x->loop);
+    latent_json_vocab_free(x->json_vocab);
     latent_model_free(&x->model);
     srv_tmpl_free(&x->tmpl);
     srv_quota_free(&x->quota);

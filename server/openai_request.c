@@ -1,5 +1,6 @@
 /* Request bodies -> srv_gen_request, field by field as the OpenAI reference has them. */
 #include "openai_request.h"
+#include "response_format.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -287,6 +288,7 @@ static int parse_sampling(srv_gen_request *r, json_t *o, srv_error *e) {
     }
     json_t *user = field(o, "user");
     if (user && !json_is_string(user)) return srv_error_set(e, SRV_ERR_INVALID_FIELD, "user", "'user' must be a string");
+    if (srv_response_format_parse(field(o, "response_format"), &r->json, e)) return -1;
     return parse_stop(r, o, e);
 }
 
@@ -384,5 +386,6 @@ void srv_req_free(srv_gen_request *r) {
     free(r->messages);
     free(r->bias);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    latent_json_grammar_free(r->json);
     memset(r, 0, sizeof *r);
 }

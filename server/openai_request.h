@@ -62,6 +62,7 @@ typedef struct srv_gen_request {
     int include_usage;
     int ignore_eos;           /* extension (as vLLM): keep generating past end-of-sequence */
     int add_generation_prompt;/* tokenize with messages (default 1) */
+    struct latent_json_grammar *json; /* response_format json_object/json_schema (owned), NULL for text */
 } srv_gen_request;
 
 /* Parses `len` bytes of JSON for `api`. On failure fills *e (a 400) and

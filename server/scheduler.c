@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "latent/json_schema.h"
 #include "latent/threads.h"
 #include "log.h"
 #include "prefix_cache.h"
@@ -614,6 +615,7 @@ static void sample_one(srv_sched *s, srv_session *x, void *scratch) {
     const int32_t *h = x->hist + x->n_prompt;
     int nh = x->n_gen;
     if (sp.repetition_penalty != 1.0f) h = x->hist, nh = x->n_prompt + x->n_gen;
+    if (x->json) latent_json_guard_mask(x->json, x->logits, s->cfg->vocab); /* response_format: only tokens that continue the document */
     latent_sampler_sample_scratch(&sp, &x->rng, x->logits, s->cfg->vocab, h, nh, &x->sample, scratch);
 }
 
@@ -640,6 +642,8 @@ static void take_token(srv_sched *s, srv_session *x, double now) {
     x->hist[x->n_prompt + x->n_gen++] = t;
     s->generated_tokens++;
     int stop = !x->ignore_eos && is_stop_id(x, t);
+    /* response_format: the document is complete (its last token has text; the mask rules out anything else) */
+    int json_done = x->json && !stop && latent_json_guard_accept(x->json, t) != LATENT_JSON_MORE;
     srv_event ev = {.token = t, .kind = stop ? SRV_EV_EOS : SRV_EV_TOKEN, .n_top = -1, .t = now};
     if (x->logprobs) {
         ev.logprob = smp->logprob;
@@ -648,7 +652,7 @@ static void take_token(srv_sched *s, srv_session *x, double now) {
         memcpy(ev.top_lps, smp->top_logprobs, smp->n_top * sizeof *ev.top_lps);
     }
     stage_event(s, x, &ev);
-    if (stop) finish(s, x, SRV_FINISH_STOP);
+    if (stop || json_done) finish(s, x, SRV_FINISH_STOP);
     else if (x->n_gen >= x->max_tokens) finish(s, x, SRV_FINISH_LENGTH);
     else x->pending = t, x->state = SRV_ST_DECODE;
 }

@@ -26,6 +26,7 @@ typedef struct srv_ctx {
     latent_model model;
     int ready;                /* model loaded, scheduler running */
     int eot_id;               /* the chat template's end-of-turn token, or -1 */
+    struct latent_json_vocab *json_vocab; /* response_format's token tables (built at load) */
     int max_token_bytes;      /* the vocabulary's longest token, in bytes: a prompt's bytes bound its tokens from below */
     srv_gen *big_head, *big_tail; /* bodies over 1 MiB waiting for the thread pool (generate.c's big-body lane) */
     int big_running;          /* of those, on the pool now */

@@ -1,5 +1,6 @@
 /* Session allocation; everything else about sessions lives in scheduler.c. */
 #include "session.h"
+#include "latent/json_schema.h"
 
 #include <stdlib.h>
 
@@ -20,6 +21,7 @@ void srv_session_free(srv_session *s) {
     latent_seq_free(&s->seq);
     free(s->prompt);
     free(s->bias);
+    latent_json_guard_free(s->json);
     free(s->followers);
     free(s->hist);
     free(s->ev_buf[0]);

@@ -60,6 +60,7 @@ struct srv_session {
     int logprobs;             /* 0: none, else 1 + number of top alternatives */
     int prompt_logprobs;      /* echo with logprobs: logprob of every prompt token */
     int use_cache;            /* may reuse a cached prefix */
+    struct latent_json_guard *json; /* response_format: masks tokens, ends the document (owned; the step thread uses it) */
     srv_session *leader;      /* n > 1: choices 2..n fork the leader's prompt state */
     srv_session **followers;  /* (n_followers) owned array, leader only */
     int n_followers;
