@@ -175,7 +175,7 @@ $(BUILD)/tests/test_srv_sched: $(BUILD)/obj/server/scheduler.o $(BUILD)/obj/serv
 # corpus tests/fuzz/corpus_<name> (tests/integration/fuzz.sh; `make test` runs it
 # with 20 s each).
 FUZZ_SECONDS ?= 20
-FUZZ_NAMES   := request tokenizer safetensors config
+FUZZ_NAMES   := request tokenizer safetensors config json_schema
 FUZZ_BIN     := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
 FUZZ_SRC_request     := tests/fuzz/fuzz_request.c server/openai_request.c server/chat_template.c server/errors.c server/response_format.c \
                         engine/json_schema.c engine/json_grammar.c \
@@ -183,6 +183,8 @@ FUZZ_SRC_request     := tests/fuzz/fuzz_request.c server/openai_request.c server
 FUZZ_SRC_tokenizer   := tests/fuzz/fuzz_tokenizer.c engine/tokenizer.c engine/unicode_tables.c engine/error.c
 FUZZ_SRC_safetensors := tests/fuzz/fuzz_safetensors.c engine/safetensors.c engine/model_load.c engine/weights.c \
                         engine/config.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
+FUZZ_SRC_json_schema := tests/fuzz/fuzz_json_schema.c engine/json_schema.c engine/json_grammar.c engine/json_pda.c engine/token_mask.c \
+                        engine/tokenizer.c engine/unicode_tables.c engine/error.c
 FUZZ_SRC_config      := tests/fuzz/fuzz_config.c engine/config.c engine/weights.c engine/safetensors.c engine/error.c
 define FUZZ_LINK
 @mkdir -p $(dir $@)
@@ -195,6 +197,8 @@ build/fuzz/fuzz_request: $(FUZZ_SRC_request) $(wildcard server/*.h include/laten
 build/fuzz/fuzz_tokenizer: $(FUZZ_SRC_tokenizer) $(wildcard include/latent/*.h engine/*.h tests/fuzz/*.h) | $(TEST_STAMP)
 	$(FUZZ_LINK)
 build/fuzz/fuzz_safetensors: $(FUZZ_SRC_safetensors) $(wildcard include/latent/*.h engine/*.h tests/fuzz/*.h) | $(TEST_STAMP)
+	$(FUZZ_LINK)
+build/fuzz/fuzz_json_schema: $(FUZZ_SRC_json_schema) $(wildcard include/latent/*.h engine/*.h) | $(TEST_STAMP)
 	$(FUZZ_LINK)
 build/fuzz/fuzz_config: $(FUZZ_SRC_config) $(wildcard include/latent/*.h engine/*.h tests/fuzz/*.h) | $(TEST_STAMP)
 	$(FUZZ_LINK)

@@ -6,13 +6,14 @@
 #   tokenizer    encode arbitrary bytes (decode(encode(x)) == x), decode arbitrary ids
 #   safetensors  arbitrary .safetensors files (single and sharded) through the model loader
 #   config       arbitrary config.json text; what is accepted survives save + load
+#   json_schema  response_format schemas and documents: refusals say why, the automaton accepts only JSON
 # One line per target, ok or FAIL; the crashing input is shown on a failure.
 # env: LATENT_ROOT, LATENT_FUZZ_SECONDS (per target, default 20),
 #      LATENT_FUZZ_TARGETS (default "request tokenizer safetensors config").
 set -u
 root=${LATENT_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 secs=${LATENT_FUZZ_SECONDS:-20}
-targets=${LATENT_FUZZ_TARGETS:-request tokenizer safetensors config}
+targets=${LATENT_FUZZ_TARGETS:-request tokenizer safetensors config json_schema}
 command -v clang >/dev/null || { echo "FAIL: clang is not installed (needed for -fsanitize=fuzzer)"; exit 1; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/latentd-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
