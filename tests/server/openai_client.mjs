@@ -1,7 +1,8 @@
 // The official `openai` npm package as a real client of latentd: completions
 // and chat, streaming and not, include_usage, n, stop (never leaked, also
 // when it spans tokens), seed determinism, logprobs, and the SDK's error
-// classes for 400/401/404. usage: node openai_client.mjs BASE_URL API_KEY
+// classes for 400/401/404, structured output through chat.completions.parse.
+// usage: node openai_client.mjs BASE_URL API_KEY
 import OpenAI from "openai";
 
 const [baseURL, apiKey] = process.argv.slice(2);
@@ -169,6 +170,40 @@ await check("8 concurrent SDK streams", async () => {
   };
   const together = await Promise.all([...Array(8).keys()].map(one));
   for (let i = 0; i < 8; i++) eq(together[i], await one(i), `stream ${i}`);
+});
+
+// Structured output through the SDK's own parse helper (it JSON.parses
+// message.content for a json_schema response_format, and throws on "length").
+const person = {
+  type: "object", additionalProperties: false, required: ["name", "mood", "ok"],
+  properties: { name: { type: "string", maxLength: 6 }, mood: { enum: ["happy", "sad"] }, ok: { type: "boolean" } },
+};
+await check("chat.completions.parse with a json_schema response_format", async () => {
+  const r = await client.chat.completions.parse({
+    model, temperature: 1, seed: 3, max_completion_tokens: 200, messages: [{ role: "user", content: "A person, as JSON." }],
+    response_format: { type: "json_schema", json_schema: { name: "person", schema: person, strict: true } },
+  });
+  const p = r.choices[0].message.parsed;
+  assert(r.choices[0].finish_reason === "stop", r.choices[0].finish_reason);
+  assert(p && typeof p.name === "string" && p.name.length <= 6 && ["happy", "sad"].includes(p.mood) && typeof p.ok === "boolean",
+         JSON.stringify(p));
+  eq(Object.keys(p), ["name", "mood", "ok"], "keys in the schema's order");
+  return r.choices[0].message.content;
+});
+
+await check("response_format json_object and an unsupported keyword (BadRequestError)", async () => {
+  const r = await client.chat.completions.create({
+    model, temperature: 1, seed: 4, max_completion_tokens: 200, messages: [{ role: "user", content: "JSON" }],
+    response_format: { type: "json_object" } });
+  if (r.choices[0].finish_reason === "stop") assert(typeof JSON.parse(r.choices[0].message.content) === "object", "an object");
+  try {
+    await client.chat.completions.create({ model, messages: [{ role: "user", content: "x" }],
+      response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", format: "date" } } } });
+  } catch (e) {
+    assert(e instanceof OpenAI.BadRequestError && /format/.test(e.message), String(e));
+    return e.message.slice(0, 80);
+  }
+  throw new Error("no 400");
 });
 
 console.log(`${count - failures} of ${count} checks passed`);
