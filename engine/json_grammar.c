@@ -17,7 +17,7 @@ static int grow(void **p, uint32_t *cap, uint32_t n, size_t size) {
     return 0;
 }
 
-int jg_add_node(latent_json_grammar *g, jg_kind kind, uint32_t *out) {
+int latent_jg_add_node(latent_json_grammar *g, jg_kind kind, uint32_t *out) {
     if (g->n_nodes >= LATENT_JSON_MAX_NODES || grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes, sizeof *g->nodes)) return -1;
     memset(&g->nodes[g->n_nodes], 0, sizeof *g->nodes);
     g->nodes[g->n_nodes].kind = (uint8_t)kind;
@@ -26,7 +26,7 @@ int jg_add_node(latent_json_grammar *g, jg_kind kind, uint32_t *out) {
     return 0;
 }
 
-int jg_add_bytes(latent_json_grammar *g, const char *p, size_t n, uint32_t *off) {
+int latent_jg_add_bytes(latent_json_grammar *g, const char *p, size_t n, uint32_t *off) {
     if (g->n_bytes + n > LATENT_JSON_MAX_BYTES) return -1;
     while (g->cap_bytes < g->n_bytes + n)
         if (grow((void **)&g->bytes, &g->cap_bytes, g->cap_bytes, 1)) return -1;
@@ -36,7 +36,7 @@ int jg_add_bytes(latent_json_grammar *g, const char *p, size_t n, uint32_t *off)
     return 0;
 }
 
-int jg_add_alts(latent_json_grammar *g, const uint32_t *alts, uint32_t n, uint32_t *first) {
+int latent_jg_add_alts(latent_json_grammar *g, const uint32_t *alts, uint32_t n, uint32_t *first) {
     *first = g->n_alts;
     for (uint32_t i = 0; i < n; i++) {
         if (grow((void **)&g->alts, &g->cap_alts, g->n_alts, sizeof *g->alts)) return -1;
@@ -45,7 +45,7 @@ int jg_add_alts(latent_json_grammar *g, const uint32_t *alts, uint32_t n, uint32
     return 0;
 }
 
-int jg_add_props(latent_json_grammar *g, const jg_prop *props, uint32_t n, uint32_t *first) {
+int latent_jg_add_props(latent_json_grammar *g, const jg_prop *props, uint32_t n, uint32_t *first) {
     *first = g->n_props;
     for (uint32_t i = 0; i < n; i++) {
         if (grow((void **)&g->props, &g->cap_props, g->n_props, sizeof *g->props)) return -1;
@@ -63,7 +63,7 @@ static int cmp_lit(const void *pa, const void *pb) {
     return c ? c : (a->len > b->len) - (a->len < b->len);
 }
 
-int jg_add_literals(latent_json_grammar *g, jg_lit *lits, uint32_t n, uint32_t *first, uint32_t *n_out) {
+int latent_jg_add_literals(latent_json_grammar *g, jg_lit *lits, uint32_t n, uint32_t *first, uint32_t *n_out) {
     sort_g = g;
     qsort(lits, n, sizeof *lits, cmp_lit);
     *first = g->n_lits;
@@ -81,23 +81,23 @@ int jg_add_literals(latent_json_grammar *g, jg_lit *lits, uint32_t n, uint32_t *
  * string, a number and the three literals. */
 static int add_any(latent_json_grammar *g) {
     uint32_t obj, arr, str, num, lit, off, first, n;
-    if (jg_add_node(g, JG_ANYOF, &g->any) || jg_add_node(g, JG_OBJECT, &obj) || jg_add_node(g, JG_ARRAY, &arr) ||
-        jg_add_node(g, JG_STRING, &str) || jg_add_node(g, JG_NUMBER, &num) || jg_add_node(g, JG_LITERALS, &lit))
+    if (latent_jg_add_node(g, JG_ANYOF, &g->any) || latent_jg_add_node(g, JG_OBJECT, &obj) || latent_jg_add_node(g, JG_ARRAY, &arr) ||
+        latent_jg_add_node(g, JG_STRING, &str) || latent_jg_add_node(g, JG_NUMBER, &num) || latent_jg_add_node(g, JG_LITERALS, &lit))
         return -1;
     g->nodes[obj].free = 1;
     g->nodes[arr].child = g->any;
     g->any_string = str;
-    if (jg_add_bytes(g, "truefalsenull", 13, &off)) return -1;
+    if (latent_jg_add_bytes(g, "truefalsenull", 13, &off)) return -1;
     jg_lit l[3] = {{off, 4}, {off + 4, 5}, {off + 9, 4}};
-    if (jg_add_literals(g, l, 3, &first, &n)) return -1;
+    if (latent_jg_add_literals(g, l, 3, &first, &n)) return -1;
     g->nodes[lit].first = first, g->nodes[lit].n = n;
     uint32_t alts[5] = {obj, arr, str, num, lit};
-    if (jg_add_alts(g, alts, 5, &first)) return -1;
+    if (latent_jg_add_alts(g, alts, 5, &first)) return -1;
     g->nodes[g->any].first = first, g->nodes[g->any].n = 5;
     return 0;
 }
 
-latent_json_grammar *jg_new(void) {
+latent_json_grammar *latent_jg_new(void) {
     latent_json_grammar *g = calloc(1, sizeof *g);
     if (!g) return NULL;
     atomic_init(&g->refs, 1);
@@ -203,7 +203,7 @@ static int flatten(latent_json_grammar *g, latent_json_error *err) {
         memset(state, 0, g->n_nodes);
         /* leaves live in alts[] too */
         if (collect_leaves(g, i, state, buf, &n, err) ||
-            jg_add_alts(g, buf, n, &g->nodes[i].leaf_first) < 0) {
+            latent_jg_add_alts(g, buf, n, &g->nodes[i].leaf_first) < 0) {
             free(state);
             return -1;
         }
@@ -213,7 +213,7 @@ static int flatten(latent_json_grammar *g, latent_json_error *err) {
     return 0;
 }
 
-int jg_finish(latent_json_grammar *g, latent_json_error *err) {
+int latent_jg_finish(latent_json_grammar *g, latent_json_error *err) {
     mark_productive(g);
     if (!g->nodes[g->root].productive) {
         snprintf(err->msg, sizeof err->msg, "the schema accepts no finite JSON document");

@@ -78,39 +78,39 @@ typedef struct jp_alt {
 typedef struct jp_arena { jp_link *p; uint32_t used, cap; } jp_arena;
 
 /* The state at the start of a document. */
-jp_alt jp_start(const latent_json_grammar *g);
+jp_alt latent_jp_start(const latent_json_grammar *g);
 /* Feeds byte c to alternative `in`, appending what survives to out[*n..cap).
  * Returns -1 when the arena ran out (the caller treats it as dead). */
-int jp_feed(const latent_json_grammar *g, jp_arena *ar, const jp_alt *in, uint8_t c, jp_alt *out, int *n, int cap);
+int latent_jp_feed(const latent_json_grammar *g, jp_arena *ar, const jp_alt *in, uint8_t c, jp_alt *out, int *n, int cap);
 /* 1 when the alternative may end here: every open frame can finish without
  * another byte. */
-int jp_accepts(const latent_json_grammar *g, const jp_alt *a);
+int latent_jp_accepts(const latent_json_grammar *g, const jp_alt *a);
 /* 1 when the alternative is inside a string with no UTF-8 bytes pending:
  * then *count is the string's length so far and *max its cap. */
-int jp_in_plain_string(const latent_json_grammar *g, const jp_alt *a, uint32_t *count, uint32_t *max);
+int latent_jp_in_plain_string(const latent_json_grammar *g, const jp_alt *a, uint32_t *count, uint32_t *max);
 /* The same alternative with `cps` more code points in its string. */
-jp_alt jp_string_advance(const jp_alt *a, uint32_t cps);
+jp_alt latent_jp_string_advance(const jp_alt *a, uint32_t cps);
 /* Deep equality of two alternatives. */
-int jp_alt_equal(const jp_alt *x, const jp_alt *y);
+int latent_jp_alt_equal(const jp_alt *x, const jp_alt *y);
 /* Copies a's stack into ar (so it no longer points into another arena). */
-int jp_alt_copy(jp_arena *ar, const jp_alt *a, jp_alt *out);
+int latent_jp_alt_copy(jp_arena *ar, const jp_alt *a, jp_alt *out);
 
 /* ---- building a grammar (json_grammar.c), for the compiler ---- */
 
 /* An empty grammar with its "any value" nodes; NULL when out of memory. */
-latent_json_grammar *jg_new(void);
+latent_json_grammar *latent_jg_new(void);
 /* Appends a node of `kind` (zeroed otherwise); -1 past LATENT_JSON_MAX_NODES or out of memory. */
-int jg_add_node(latent_json_grammar *g, jg_kind kind, uint32_t *out);
+int latent_jg_add_node(latent_json_grammar *g, jg_kind kind, uint32_t *out);
 /* Appends n bytes to the pool; -1 past LATENT_JSON_MAX_BYTES or out of memory. */
-int jg_add_bytes(latent_json_grammar *g, const char *p, size_t n, uint32_t *off);
-int jg_add_alts(latent_json_grammar *g, const uint32_t *alts, uint32_t n, uint32_t *first);
-int jg_add_props(latent_json_grammar *g, const jg_prop *props, uint32_t n, uint32_t *first);
+int latent_jg_add_bytes(latent_json_grammar *g, const char *p, size_t n, uint32_t *off);
+int latent_jg_add_alts(latent_json_grammar *g, const uint32_t *alts, uint32_t n, uint32_t *first);
+int latent_jg_add_props(latent_json_grammar *g, const jg_prop *props, uint32_t n, uint32_t *first);
 /* Sorts and de-duplicates literals (JSON texts) into a LITERALS node's range. */
-int jg_add_literals(latent_json_grammar *g, jg_lit *lits, uint32_t n, uint32_t *first, uint32_t *n_out);
+int latent_jg_add_literals(latent_json_grammar *g, jg_lit *lits, uint32_t n, uint32_t *first, uint32_t *n_out);
 /* After every node is built: marks productive nodes, drops alternatives and
  * optional properties that accept nothing, flattens anyOf into leaves.
  * Returns -1 with *err filled when the document accepts nothing, anyOf
  * recurses into itself without consuming, or opens too many alternatives. */
-int jg_finish(latent_json_grammar *g, latent_json_error *err);
+int latent_jg_finish(latent_json_grammar *g, latent_json_error *err);
 
 #endif

@@ -207,12 +207,12 @@ static void pop(jp_alt *s) {
 
 static int emit(const jp_alt *s, jp_alt *out, int *n, int cap) {
     for (int i = 0; i < *n; i++)
-        if (jp_alt_equal(&out[i], s)) return 0;
+        if (latent_jp_alt_equal(&out[i], s)) return 0;
     if (*n < cap) out[(*n)++] = *s; /* past the cap: dropped (a smaller language, still valid) */
     return 0;
 }
 
-int jp_feed(const latent_json_grammar *g, jp_arena *ar, const jp_alt *in, uint8_t c, jp_alt *out, int *n, int cap) {
+int latent_jp_feed(const latent_json_grammar *g, jp_arena *ar, const jp_alt *in, uint8_t c, jp_alt *out, int *n, int cap) {
     jp_alt s = *in;
     for (;;) {
         uint32_t child = 0;
@@ -229,7 +229,7 @@ int jp_feed(const latent_json_grammar *g, jp_arena *ar, const jp_alt *in, uint8_
             l->up = s.up, l->f = s.top;
             for (uint32_t i = 0; i < cn->n_leaf; i++) {
                 jp_alt t = {.top = frame_init(g, g->alts[cn->leaf_first + i]), .up = l, .depth = s.depth + 1};
-                if (jp_feed(g, ar, &t, c, out, n, cap) < 0) return -1;
+                if (latent_jp_feed(g, ar, &t, c, out, n, cap) < 0) return -1;
             }
             return 0;
         }
@@ -237,31 +237,31 @@ int jp_feed(const latent_json_grammar *g, jp_arena *ar, const jp_alt *in, uint8_
     }
 }
 
-jp_alt jp_start(const latent_json_grammar *g) {
+jp_alt latent_jp_start(const latent_json_grammar *g) {
     jp_alt a = {.top = frame_init(g, g->root)};
     return a;
 }
 
-int jp_accepts(const latent_json_grammar *g, const jp_alt *in) {
+int latent_jp_accepts(const latent_json_grammar *g, const jp_alt *in) {
     jp_alt s = *in;
     while (s.depth > 0 && frame_complete(g, &s.top)) pop(&s);
     return s.depth == 0 && s.top.phase == 1;
 }
 
-int jp_in_plain_string(const latent_json_grammar *g, const jp_alt *a, uint32_t *count, uint32_t *max) {
+int latent_jp_in_plain_string(const latent_json_grammar *g, const jp_alt *a, uint32_t *count, uint32_t *max) {
     const jg_node *nd = &g->nodes[a->top.node];
     if (nd->kind != JG_STRING || a->top.phase != S_CHAR || (a->top.u & 3)) return 0;
     *count = a->top.a, *max = nd->max;
     return 1;
 }
 
-jp_alt jp_string_advance(const jp_alt *a, uint32_t cps) {
+jp_alt latent_jp_string_advance(const jp_alt *a, uint32_t cps) {
     jp_alt r = *a;
     r.top.a += cps;
     return r;
 }
 
-int jp_alt_equal(const jp_alt *x, const jp_alt *y) {
+int latent_jp_alt_equal(const jp_alt *x, const jp_alt *y) {
     if (x->depth != y->depth || memcmp(&x->top, &y->top, sizeof x->top)) return 0;
     const jp_link *a = x->up, *b = y->up;
     for (; a != b; a = a->up, b = b->up)
@@ -269,7 +269,7 @@ int jp_alt_equal(const jp_alt *x, const jp_alt *y) {
     return 1;
 }
 
-int jp_alt_copy(jp_arena *ar, const jp_alt *a, jp_alt *out) {
+int latent_jp_alt_copy(jp_arena *ar, const jp_alt *a, jp_alt *out) {
     if (ar->used + a->depth > ar->cap) return -1;
     *out = *a;
     jp_link *prev = NULL, *first = NULL;

@@ -153,13 +153,13 @@ static int compile_literals(cc *c, const json_t *s, const char *ptr, int types, 
         const json_t *v = en ? json_array_get(en, i) : cn;
         if (!value_has_type(v, types)) continue; /* "type" beside enum: only values of that type */
         char *txt = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
-        if (!txt || jg_add_bytes(c->g, txt, strlen(txt), &lits[k].off)) { free(txt), free(lits); return oom(c, ptr); }
+        if (!txt || latent_jg_add_bytes(c->g, txt, strlen(txt), &lits[k].off)) { free(txt), free(lits); return oom(c, ptr); }
         lits[k++].len = (uint32_t)strlen(txt);
         free(txt);
     }
     if (!k) { free(lits); return fail(c, ptr, kw, "'%s' has no value (of the schema's type)", kw); }
     uint32_t first, m;
-    int rc = jg_add_literals(c->g, lits, k, &first, &m);
+    int rc = latent_jg_add_literals(c->g, lits, k, &first, &m);
     free(lits);
     if (rc) return oom(c, ptr);
     jg_node *nd = &c->g->nodes[idx];
@@ -204,12 +204,12 @@ static int compile_ref(cc *c, const json_t *s, const char *ptr, uint32_t idx) {
             if (!mn) return oom(c, ptr);
             c->memo_n = mn, c->cap_memo = cap;
         }
-        if (jg_add_node(c->g, JG_ANYOF, &target)) return oom(c, ptr);
+        if (latent_jg_add_node(c->g, JG_ANYOF, &target)) return oom(c, ptr);
         c->memo_s[c->n_memo] = t, c->memo_n[c->n_memo++] = target;
         if (compile_into(c, t, json_string_value(r) + 1, target)) return -1;
     }
     uint32_t first;
-    if (jg_add_alts(c->g, &target, 1, &first)) return oom(c, ptr);
+    if (latent_jg_add_alts(c->g, &target, 1, &first)) return oom(c, ptr);
     jg_node *nd = &c->g->nodes[idx];
     nd->kind = JG_ANYOF, nd->first = first, nd->n = 1;
     return 0;
@@ -227,7 +227,7 @@ static int compile_anyof(cc *c, const json_t *s, const char *ptr, uint32_t idx) 
         snprintf(p, sizeof p, "%s/%zu", kp, i);
         if (compile(c, json_array_get(a, i), p, &kids[i])) return -1;
     }
-    if (jg_add_alts(c->g, kids, (uint32_t)json_array_size(a), &first)) return oom(c, ptr);
+    if (latent_jg_add_alts(c->g, kids, (uint32_t)json_array_size(a), &first)) return oom(c, ptr);
     jg_node *nd = &c->g->nodes[idx];
     nd->kind = JG_ANYOF, nd->first = first, nd->n = (uint32_t)json_array_size(a);
     return 0;
@@ -245,7 +245,7 @@ static int add_prop(cc *c, jg_prop *props, uint32_t *n, const char *key, uint32_
     json_t *ks = json_string(key);
     char *txt = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL; /* the key as JSON: quotes, escapes */
     json_decref(ks);
-    if (!txt || jg_add_bytes(c->g, txt, strlen(txt), &props[*n].key_off)) { free(txt); return oom(c, ptr); }
+    if (!txt || latent_jg_add_bytes(c->g, txt, strlen(txt), &props[*n].key_off)) { free(txt); return oom(c, ptr); }
     props[*n].key_len = (uint32_t)strlen(txt);
     props[*n].child = child, props[*n].required = (uint8_t)required, props[*n].dead = 0;
     (*n)++;
@@ -290,7 +290,7 @@ static int compile_object(cc *c, const json_t *s, const char *ptr, uint32_t idx)
         list[i].next_req = next;
     }
     uint32_t first = 0;
-    if (!rc && jg_add_props(c->g, list, n, &first)) rc = oom(c, ptr);
+    if (!rc && latent_jg_add_props(c->g, list, n, &first)) rc = oom(c, ptr);
     free(list);
     if (rc) return -1;
     jg_node *nd = &c->g->nodes[idx];
@@ -339,7 +339,7 @@ static int compile_type(cc *c, const json_t *s, const char *ptr, int type, uint3
 /* idx becomes "any JSON value" ({} or true). */
 static int set_any(cc *c, const char *ptr, uint32_t idx) {
     uint32_t first;
-    if (jg_add_alts(c->g, &c->g->any, 1, &first)) return oom(c, ptr);
+    if (latent_jg_add_alts(c->g, &c->g->any, 1, &first)) return oom(c, ptr);
     c->g->nodes[idx].kind = JG_ANYOF, c->g->nodes[idx].first = first, c->g->nodes[idx].n = 1;
     return 0;
 }
@@ -362,10 +362,10 @@ static int compile_into(cc *c, const json_t *s, const char *ptr, uint32_t idx) {
         uint32_t kids[7], n = 0, first;
         for (int b = 1; b <= T_NULL && !rc; b <<= 1) {
             if (!(types & b)) continue;
-            rc = jg_add_node(c->g, JG_ANYOF, &kids[n]) ? oom(c, ptr) : compile_type(c, s, ptr, b, kids[n]);
+            rc = latent_jg_add_node(c->g, JG_ANYOF, &kids[n]) ? oom(c, ptr) : compile_type(c, s, ptr, b, kids[n]);
             n++;
         }
-        if (!rc && jg_add_alts(c->g, kids, n, &first)) rc = oom(c, ptr);
+        if (!rc && latent_jg_add_alts(c->g, kids, n, &first)) rc = oom(c, ptr);
         if (!rc) c->g->nodes[idx].kind = JG_ANYOF, c->g->nodes[idx].first = first, c->g->nodes[idx].n = n;
     }
     c->depth--;
@@ -373,23 +373,23 @@ static int compile_into(cc *c, const json_t *s, const char *ptr, uint32_t idx) {
 }
 
 static int compile(cc *c, const json_t *s, const char *ptr, uint32_t *out) {
-    if (jg_add_node(c->g, JG_ANYOF, out)) return oom(c, ptr);
+    if (latent_jg_add_node(c->g, JG_ANYOF, out)) return oom(c, ptr);
     return compile_into(c, s, ptr, *out);
 }
 
 latent_json_grammar *latent_json_grammar_compile(const json_t *schema, latent_json_error *err) {
     memset(err, 0, sizeof *err);
-    cc c = {.g = jg_new(), .root = schema, .err = err};
+    cc c = {.g = latent_jg_new(), .root = schema, .err = err};
     uint32_t value;
     if (!c.g) { oom(&c, ""); return NULL; }
-    int rc = jg_add_node(c.g, JG_ROOT, &c.g->root) ? oom(&c, "") : 0;
+    int rc = latent_jg_add_node(c.g, JG_ROOT, &c.g->root) ? oom(&c, "") : 0;
     if (!rc && !schema) { /* json_object: any object */
-        rc = jg_add_node(c.g, JG_OBJECT, &value) ? oom(&c, "") : 0;
+        rc = latent_jg_add_node(c.g, JG_OBJECT, &value) ? oom(&c, "") : 0;
         if (!rc) c.g->nodes[value].free = 1;
     } else if (!rc) {
         c.memo_s = malloc(16 * sizeof *c.memo_s), c.memo_n = malloc(16 * sizeof *c.memo_n), c.cap_memo = 16;
         if (!c.memo_s || !c.memo_n) rc = oom(&c, "");
-        else if (jg_add_node(c.g, JG_ANYOF, &value)) rc = oom(&c, "");
+        else if (latent_jg_add_node(c.g, JG_ANYOF, &value)) rc = oom(&c, "");
         else {
             c.memo_s[c.n_memo] = schema, c.memo_n[c.n_memo++] = value; /* "$ref": "#" */
             rc = compile_into(&c, schema, "", value);
@@ -397,7 +397,7 @@ latent_json_grammar *latent_json_grammar_compile(const json_t *schema, latent_js
     }
     free(c.memo_s), free(c.memo_n);
     if (!rc) c.g->nodes[c.g->root].child = value;
-    if (!rc && jg_finish(c.g, err)) rc = -1;
+    if (!rc && latent_jg_finish(c.g, err)) rc = -1;
     if (rc) {
         latent_json_grammar_free(c.g);
         return NULL;

@@ -167,7 +167,7 @@ latent_json_guard *latent_json_guard_new(latent_json_grammar *g, const latent_js
     atomic_fetch_add(&g->refs, 1);
     jg->g = g, jg->v = v;
     for (int i = 0; i < n_eos && jg->n_eos < 8; i++) jg->eos[jg->n_eos++] = eos_ids[i];
-    jg->cur[0] = jp_start(g), jg->n_cur = 1;
+    jg->cur[0] = latent_jp_start(g), jg->n_cur = 1;
     return jg;
 }
 
@@ -180,7 +180,7 @@ void latent_json_guard_free(latent_json_guard *jg) {
 
 int latent_json_guard_complete(const latent_json_guard *jg) {
     for (int i = 0; i < jg->n_cur; i++)
-        if (jp_accepts(jg->g, &jg->cur[i])) return 1;
+        if (latent_jp_accepts(jg->g, &jg->cur[i])) return 1;
     return 0;
 }
 
@@ -194,7 +194,7 @@ static int feed_bytes(latent_json_guard *jg, const jp_alt *in, int n_in, const u
         jp_alt *dst = i + 1 == n ? out : tmp[i % 2];
         int nd = 0;
         for (int k = 0; k < ns; k++)
-            if (jp_feed(jg->g, &jg->scratch, &src[k], b[i], dst, &nd, JP_MAX_ALTS) < 0) return 0;
+            if (latent_jp_feed(jg->g, &jg->scratch, &src[k], b[i], dst, &nd, JP_MAX_ALTS) < 0) return 0;
         src = dst, ns = nd;
     }
     return ns;
@@ -214,7 +214,7 @@ static void walk_trie(latent_json_guard *jg) {
         int d = nd->depth, n = 0;
         jg->scratch.used = jg->mark[d - 1];
         for (int k = 0; k < jg->n_walk[d - 1] && n >= 0; k++)
-            if (jp_feed(jg->g, &jg->scratch, &jg->walk[d - 1][k], nd->byte, jg->walk[d], &n, JP_MAX_ALTS) < 0) n = 0;
+            if (latent_jp_feed(jg->g, &jg->scratch, &jg->walk[d - 1][k], nd->byte, jg->walk[d], &n, JP_MAX_ALTS) < 0) n = 0;
         jg->n_walk[d] = n, jg->mark[d] = jg->scratch.used;
         if (!n) { i = nd->skip; continue; }
         if (nd->tok >= 0) set_tok(jg, nd->tok);
@@ -231,7 +231,7 @@ static void string_mask(latent_json_guard *jg, uint32_t count, uint32_t max) {
     for (uint32_t i = 0; i < v->n_special; i++) {
         const tm_special *s = &v->special[i];
         if (s->cps > max - count) continue;
-        jp_alt a = jp_string_advance(&jg->cur[0], s->cps); /* its plain prefix leaves the state as it was, longer */
+        jp_alt a = latent_jp_string_advance(&jg->cur[0], s->cps); /* its plain prefix leaves the state as it was, longer */
         jg->scratch.used = 0;
         if (feed_bytes(jg, &a, 1, (const uint8_t *)v->bytes + v->off[s->tok] + s->prefix, v->len[s->tok] - s->prefix, out))
             set_tok(jg, s->tok);
@@ -241,7 +241,7 @@ static void string_mask(latent_json_guard *jg, uint32_t count, uint32_t max) {
 const uint64_t *latent_json_guard_allowed(latent_json_guard *jg) {
     const latent_json_vocab *v = jg->v;
     uint32_t count, max;
-    if (jg->n_cur == 1 && jp_in_plain_string(jg->g, &jg->cur[0], &count, &max)) string_mask(jg, count, max);
+    if (jg->n_cur == 1 && latent_jp_in_plain_string(jg->g, &jg->cur[0], &count, &max)) string_mask(jg, count, max);
     else memset(jg->bits, 0, v->words * sizeof *jg->bits), walk_trie(jg);
     jg->scratch.used = 0;
     /* the end-of-sequence ids: exactly when the document is complete, whatever their bytes */
@@ -290,7 +290,7 @@ latent_json_status latent_json_guard_feed(latent_json_guard *jg, const char *byt
     jg->spare.used = 0;
     int m = 0;
     for (int i = 0; i < k; i++)
-        if (!jp_alt_copy(&jg->spare, &out[i], &kept[m])) m++;
+        if (!latent_jp_alt_copy(&jg->spare, &out[i], &kept[m])) m++;
     if (!m) return LATENT_JSON_REJECT;
     memcpy(jg->cur, kept, m * sizeof *kept), jg->n_cur = m;
     jp_arena t = jg->committed; jg->committed = jg->spare; jg->spare = t;
