@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_stats.h"
+#include "latent/clock.h"
 
 static const char *help =
     "usage: latent-bench --url URL [--compare URL2] [--clients N] [--requests R | --duration S]\n"
@@ -71,12 +71,6 @@ static double median(samples *s) {
     return bench_percentile(s->v, s->n, 0.5);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static uint64_t rng = 0x9E3779B97F4A7C15ULL;
 static double uniform(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -129,7 +123,7 @@ static void on_event(client *c, const char *ev, size_t n) {
     if (t && t < ev + n) {
         t += o.chat ? 11 : 8;
         if (*t != '"') {
-            double now = now_s();
+            double now = latent_now_seconds();
             if (!c->got_first) c->ttft = now - c->t_start, c->got_first = 1;
             else push(&c->itl, now - c->t_last);
             c->t_last = now;
@@ -215,7 +209,7 @@ static void start_request(CURLM *m, client *c, target *t, long seed) {
     curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 600L);
     c->n = 0, c->got_first = c->done_seen = c->tokens = c->chunks = 0;
     c->itl.n = 0;
-    c->t_start = now_s();
+    c->t_start = latent_now_seconds();
     curl_multi_add_handle(m, c->h);
 }
 
@@ -244,7 +238,7 @@ static void keep_samples(client *c) {
 static void finish_request(client *c, CURLcode rc) {
     target *t = c->t;
     curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &c->status);
-    double dt = now_s() - c->t_start;
+    double dt = latent_now_seconds() - c->t_start;
     if (c->cancel_after >= 0 && rc == CURLE_WRITE_ERROR) {
         if (counting) t->cancelled++;
         keep_samples(c);
@@ -273,7 +267,7 @@ static void finish_request(client *c, CURLcode rc) {
  * (requests < 0: until `duration` seconds) and every one has ended. Request k
  * of the run gets seed seed_base + k. */
 static void run(CURLM *m, client *cs, target *t, long requests, double duration, long seed_base) {
-    double t0 = now_s();
+    double t0 = latent_now_seconds();
     long sent = 0;
     int running = 0, active = 0;
     for (int i = 0; i < o.clients && (requests < 0 || sent < requests); i++)
@@ -287,13 +281,13 @@ static void run(CURLM *m, client *cs, target *t, long requests, double duration,
             client *c;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
             finish_request(c, msg->data.result);
-            int more = requests >= 0 ? sent < requests : now_s() - t0 < duration;
+            int more = requests >= 0 ? sent < requests : latent_now_seconds() - t0 < duration;
             if (more) start_request(m, c, t, seed_base + sent++);
             else curl_multi_remove_handle(m, c->h), active--;
         }
         curl_multi_poll(m, NULL, 0, 100, NULL);
     }
-    if (counting) t->busy += now_s() - t0;
+    if (counting) t->busy += latent_now_seconds() - t0;
 }
 
 static long sessions_left(const char *base) {
@@ -333,8 +327,8 @@ static void compare(CURLM *m, client *cs, target *a, target *b) {
     counting = 1;
     bench_pair *pairs = NULL;
     long n_pairs = 0, cap = 0;
-    double t0 = now_s();
-    while (pairs_max < 0 ? now_s() - t0 < o.duration || n_pairs < 2 : n_pairs < pairs_max) {
+    double t0 = latent_now_seconds();
+    while (pairs_max < 0 ? latent_now_seconds() - t0 < o.duration || n_pairs < 2 : n_pairs < pairs_max) {
         if (n_pairs == cap) {
             cap = cap ? 2 * cap : 16;
             pairs = realloc(pairs, (size_t)cap * sizeof *pairs);
@@ -349,7 +343,7 @@ static void compare(CURLM *m, client *cs, target *a, target *b) {
         n_pairs++;
     }
     cur_pair = NULL;
-    double wall = now_s() - t0;
+    double wall = latent_now_seconds() - t0;
     printf("compare: %d clients, %ld round pairs in ABBA order after 1 warm-up round each, %.1f s; "
            "a round is %ld streamed requests to one server at once (same prompts and seeds on both)\n",
            o.clients, n_pairs, wall, per_round);
@@ -426,9 +420,9 @@ int main(int argc, char **argv) {
         compare(m, cs, &a, &b);
     } else {
         if (o.requests < 0 && o.duration <= 0) o.requests = 4 * o.clients;
-        double t0 = now_s();
+        double t0 = latent_now_seconds();
         run(m, cs, &a, o.requests, o.duration, 0);
-        double wall = now_s() - t0;
+        double wall = latent_now_seconds() - t0;
         printf("clients %d, requests %lld ok, %lld errors, %lld cancelled on purpose, %.1f s\n", o.clients, a.ok, a.err,
                a.cancelled, wall);
         printf("throughput: %.1f generated tokens/s (%lld tokens)\n", a.tokens / wall, a.tokens);

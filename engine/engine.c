@@ -13,9 +13,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <time.h>
 
 #include "fault.h"
+#include "latent/clock.h"
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
 
@@ -62,12 +62,6 @@ struct latent_engine {
     float *entry_state;           /* (n_entries, d) running state per entry */
     float *logits; int cap_logits;/* (cap_logits, vocab) the head's output for a batch */
 };
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int latent_engine_flow(const latent_config *cfg, int prompt) {
     if (cfg->rec == LATENT_REC_T2MLR && prompt && !cfg->t2mlr.recur_on_prompt) return 1;
@@ -356,9 +350,9 @@ static int engine_reserve(latent_engine *e, int n, int n_entries, int ctx, int n
 static void lrt_shared_memory_kv(latent_engine *e, const float *mem, int n) {
     const latent_config *c = e->cfg;
     if (c->rec != LATENT_REC_LRT || !c->lrt.kv_injection || !c->lrt.shared_kv_projection) return;
-    double t0 = now_seconds();
+    double t0 = latent_now_seconds();
     latent_linear_forward_multi((float *[]){e->mk, e->mv}, (const latent_linear *[]){&e->lrt_k, &e->lrt_v}, 2, mem, n);
-    e->stats.recur_seconds += now_seconds() - t0;
+    e->stats.recur_seconds += latent_now_seconds() - t0;
 }
 
 /* LRT KV injection (models.md §3) on n rows: k, v of each kv head j become
@@ -394,10 +388,10 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
     int inject = mem && c->rec == LATENT_REC_LRT && layer >= c->lrt.inject_start && layer <= c->lrt.inject_end;
 
     if (inject && c->lrt.residual_injection) {
-        double t0 = now_seconds();
+        double t0 = latent_now_seconds();
         float alpha = L->lrt_alpha[0], gamma = L->lrt_gamma[0];
         for (size_t i = 0; i < (size_t)n * d; i++) x[i] = alpha * x[i] + gamma * mem[i];
-        e->stats.recur_seconds += now_seconds() - t0;
+        e->stats.recur_seconds += latent_now_seconds() - t0;
     }
     latent_rmsnorm_forward(e->xb, x, L->attn_norm, n, d, c->rms_eps);
     if (inject && c->lrt.kv_injection)
@@ -407,9 +401,9 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
     else
         latent_linear_forward_multi((float *[]){e->q, e->k, e->v}, (const latent_linear *[]){&E->wq, &E->wk, &E->wv}, 3, e->xb, n);
     if (inject && c->lrt.kv_injection) {
-        double t0 = now_seconds();
+        double t0 = latent_now_seconds();
         lrt_kv_inject(e, E, mem, n);
-        e->stats.recur_seconds += now_seconds() - t0;
+        e->stats.recur_seconds += latent_now_seconds() - t0;
     }
     for (int r = 0; r < n; r++) {
         size_t tr = (size_t)rows[r].row * half;
@@ -509,16 +503,16 @@ static void run_wave(latent_engine *e, float *wx, const row_meta *rows, int n, i
     for (int r = 0; r < n; r++)
         memcpy(e->mem + (size_t)r * d, e->entry_state + (size_t)rows[r].entry * d, d * sizeof(float));
     if (c->rec == LATENT_REC_T2MLR) {
-        double t0 = now_seconds();
+        double t0 = latent_now_seconds();
         t2mlr_fuse(e, wx, rows, n, e->mem);
-        e->stats.recur_seconds += now_seconds() - t0;
+        e->stats.recur_seconds += latent_now_seconds() - t0;
         for (int l = lo; l <= hi; l++) block_forward(e, l, wx, rows, n, NULL);
-        t0 = now_seconds();
+        t0 = latent_now_seconds();
         for (int r = 0; r < n; r++) {
             t2mlr_update(c, e->state_new + (size_t)r * d, wx + (size_t)r * d, e->mem + (size_t)r * d, rows[r].flow);
             commit_state(e, &rows[r], e->state_new + (size_t)r * d);
         }
-        e->stats.recur_seconds += now_seconds() - t0;
+        e->stats.recur_seconds += latent_now_seconds() - t0;
         return;
     }
     /* LRT: every row of the wave injects its entry's m_{t-1}; the new memory
@@ -645,9 +639,9 @@ static void run_blocks(latent_engine *e, const latent_batch_entry *entries, int 
     } else if (lrt_below) {
         int src = c->lrt.source_layer;
         for (int l = 0; l <= src; l++) block_forward(e, l, e->x, e->rows, N, NULL);
-        double t0 = now_seconds();
+        double t0 = latent_now_seconds();
         lrt_memory_from_below(e, (latent_batch_entry *)entries, n_entries, start);
-        e->stats.recur_seconds += now_seconds() - t0;
+        e->stats.recur_seconds += latent_now_seconds() - t0;
         lrt_shared_memory_kv(e, e->mem, N);
         first_after = src + 1;
     }
@@ -698,7 +692,7 @@ static void compute_logits(latent_engine *e, latent_batch_entry *entries, int n_
 }
 
 int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entries, latent_err *err) {
-    double t_start = now_seconds();
+    double t_start = latent_now_seconds();
     int N, max_ctx, n_logits;
     if (check_entries(e, entries, n_entries, &N, &max_ctx, &n_logits, err) != 0) return -1;
     /* Every buffer first, then the pages of every entry at once: a step that
@@ -712,6 +706,6 @@ int latent_engine_step(latent_engine *e, latent_batch_entry *entries, int n_entr
     compute_logits(e, entries, n_entries, start);
     e->stats.rows += N;
     e->stats.steps++;
-    e->stats.step_seconds += now_seconds() - t_start;
+    e->stats.step_seconds += latent_now_seconds() - t_start;
     return 0;
 }

@@ -3,11 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_runs.h"
 #include "cli.h"
 #include "kernels/kernels.h"
+#include "latent/clock.h"
 
 /* Single rows from memory rather than cache, as batch-1 decoding reads them:
  * one row through STREAM_MATS distinct weights of the FFN shape (about 140 MB
@@ -34,13 +34,13 @@ static int bench_kernels_streaming(void) {
     double best[3] = {1e9, 1e9, 1e9};
     for (int r = 0; r < 10; r++)
         for (int which = 0; which < (made_b == STREAM_MATS ? 3 : 2); which++) {
-            double t0 = bench_now_s();
+            double t0 = latent_now_seconds();
             for (int i = 0; i < STREAM_MATS; i++) {
                 if (which == 0) latent_linear_forward(y, x, &ls[i], 1);
                 else if (which == 1) latent_matmul_forward(y, x, w + per * i, 1, in, out);
                 else latent_linear_forward(y, x, &lb[i], 1);
             }
-            double t = bench_now_s() - t0;
+            double t = latent_now_seconds() - t0;
             if (t < best[which]) best[which] = t;
         }
     double bytes = (double)per * STREAM_MATS * sizeof(float);
@@ -74,11 +74,11 @@ int bench_kernels(void) {
         double best[3] = {1e9, 1e9, 1e9};
         for (int r = 0; r < 20; r++)
             for (int which = 0; which < 3; which++) {
-                double t0 = bench_now_s();
+                double t0 = latent_now_seconds();
                 if (which == 0) latent_linear_forward(y, x, &l, rows[k]);
                 else if (which == 1) latent_matmul_forward(y, x, w, rows[k], in, out);
                 else latent_linear_forward(y, x, &lb, rows[k]);
-                double t = bench_now_s() - t0;
+                double t = latent_now_seconds() - t0;
                 if (t < best[which]) best[which] = t;
             }
         double flop = 2.0 * rows[k] * out * in;

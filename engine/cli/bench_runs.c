@@ -4,16 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_runs.h"
 #include "cli.h"
-
-double bench_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "latent/clock.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 float bench_rand_pm1(void) {
@@ -76,9 +70,9 @@ int bench_prefill(latent_engine *eng, const latent_model *m, int n, int n_seqs, 
         es[s] = (latent_batch_entry){.seq = &seqs[s], .tokens = tok + (size_t)s * n, .n_tokens = n, .prompt = 1,
                                      .logits = LATENT_LOGITS_LAST, .out = logits + (size_t)s * m->cfg.vocab};
     }
-    double t0 = bench_now_s();
+    double t0 = latent_now_seconds();
     int rc = latent_engine_step(eng, es, n_seqs, err);
-    double t = bench_now_s() - t0;
+    double t = latent_now_seconds() - t0;
     out->tok_s = (double)n * n_seqs / t, out->p50_ms = out->p99_ms = t * 1e3;
     for (int s = 0; s < n_seqs; s++) latent_seq_free(&seqs[s]);
     free(seqs), free(es), free(tok), free(logits);
@@ -126,9 +120,9 @@ int decode_set_step(decode_set *d, latent_engine *eng, const latent_model *m, in
         d->es[b] = (latent_batch_entry){.seq = &d->seqs[b], .tokens = &d->next[b], .n_tokens = 1, .prompt = 0,
                                         .logits = LATENT_LOGITS_LAST, .out = d->logits + (size_t)b * V};
     }
-    double t0 = bench_now_s();
+    double t0 = latent_now_seconds();
     int rc = latent_engine_step(eng, d->es, B, err);
-    d->times[s] = bench_now_s() - t0;
+    d->times[s] = latent_now_seconds() - t0;
     d->total += d->times[s];
     return rc;
 }

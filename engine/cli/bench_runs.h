@@ -10,7 +10,6 @@
 
 typedef struct { double tok_s, p50_ms, p99_ms; } figure;
 
-double bench_now_s(void);
 /* Uniform in [-1, 1) from the benchmark's fixed stream. */
 float bench_rand_pm1(void);
 /* The standard benchmark model in memory (SmolLM2-135M's shape, random

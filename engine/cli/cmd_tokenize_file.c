@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "latent/clock.h"
 #include "latent/config.h"
 #include "latent/tokenizer.h"
 
@@ -82,14 +82,8 @@ static size_t find_cut(const char *b, size_t n, int eos_lines) {
     return 0;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void progress(uint64_t done, uint64_t total, uint64_t ids, double t0, int tty, int final) {
-    double el = now_s() - t0;
+    double el = latent_now_seconds() - t0;
     double mb = (double)done / 1e6;
     if (tty) {
         fprintf(stderr, "\rtokenize-file: %6.1f / %.1f MB (%3.0f%%)  %llu tokens  %.1f MB/s%s", mb, (double)total / 1e6,
@@ -200,7 +194,7 @@ int cmd_tokenize_file(int argc, char **argv) {
     struct stat st;
     uint64_t total = fstat(fileno(in), &st) == 0 ? (uint64_t)st.st_size : 0, done_bytes = 0;
     int tty = isatty(2);
-    double t0 = now_s(), last = t0;
+    double t0 = latent_now_seconds(), last = t0;
     size_t have = 0; /* bytes carried at the start of block */
     int eof = 0, werr = 0, mid_line = 0;
     while (!werr) {
@@ -241,7 +235,7 @@ int cmd_tokenize_file(int argc, char **argv) {
         done_bytes += cut;
         memmove(block, block + cut, have - cut);
         have -= cut;
-        double t = now_s();
+        double t = latent_now_seconds();
         if (t - last >= (tty ? 0.2 : 5.0)) {
             progress(done_bytes, total, o.n_ids, t0, tty, 0);
             last = t;

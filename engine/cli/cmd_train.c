@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "latent/clock.h"
 #include "latent/engine.h"
 #include "latent/model.h"
 #include "latent/model_init.h"
@@ -73,12 +73,6 @@ static const char *help =
     "  --bench              tokens/s of a training step on the standard small\n"
     "                       model (6 blocks, d 256, 4 heads, FFN 768, vocab 4096,\n"
     "                       B 8, T 256): plain, T2MLR D=4/B=2 and D=8/B=4, LRT S=2\n";
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static volatile sig_atomic_t g_stop;
 int train_bench(long steps, const char *kinds_filter, const char *precisions);
@@ -440,7 +434,7 @@ static int save_and_maybe_stop(train_run *r, int last, int stop, int tty) {
 
 static void print_done(const train_args *a, const latent_train_state *st, double t_start) {
     char el[32];
-    fmt_time(el, sizeof el, now_s() - t_start);
+    fmt_time(el, sizeof el, latent_now_seconds() - t_start);
     printf("latent train: done, step %lld, loss %.6f, %s; model in %s/latest\n", (long long)st->step, st->last_loss, el,
            a->out);
 }
@@ -508,11 +502,11 @@ static int run_steps(train_run *r) {
     train_args *a = r->a;
     latent_err err;
     int tty = r->lead && isatty(1), rc = 0;
-    double avg = 0, t_start = now_s();
+    double avg = 0, t_start = latent_now_seconds();
     int64_t first = r->st.step;
     size_t N = (size_t)a->batch * a->seq;
     for (int64_t s = r->st.step; s < a->steps; s++) {
-        double t0 = now_s(), comm0 = r->d->comm_seconds, loss;
+        double t0 = latent_now_seconds(), comm0 = r->d->comm_seconds, loss;
         latent_tokens_batch(&r->data, s, (int)a->batch, (int)a->seq, a->shuffle, r->st.seed, &r->batch);
         memset(r->g.slab, 0, r->g.slab_floats * sizeof(float));
         if (dist_batch(r->d, r->t, &r->batch, r->b0, (int)a->seq, &r->g, &loss, &err) != 0) {
@@ -534,7 +528,7 @@ static int run_steps(train_run *r) {
         if (r->d->size > 1) /* gate means: the ranks' average (a diagnostic) */
             gs.gate_rec = flags[1] / r->d->size, gs.gate_cur = flags[2] / r->d->size, gs.alpha = flags[3] / r->d->size,
             gs.gamma = flags[4] / r->d->size, gs.gate_loc = flags[5] / r->d->size, gs.gate_fb = flags[6] / r->d->size;
-        double dt = now_s() - t0, tps = N / dt;
+        double dt = latent_now_seconds() - t0, tps = N / dt;
         avg = s == first ? dt : 0.9 * avg + 0.1 * dt;
         r->st.step = s + 1;
         r->st.last_loss = loss;

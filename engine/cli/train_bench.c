@@ -5,19 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
+#include "latent/clock.h"
 #include "latent/engine.h"
 #include "latent/model_init.h"
 #include "latent/threads.h"
 #include "latent/train.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 typedef struct { const char *name, *key; int mode, D, K, S; } bench_kind;
 
@@ -94,14 +88,14 @@ int train_bench(long steps, const char *kinds_filter, const char *precisions) {
         }
         double *times = malloc((steps + 1) * sizeof(double));
         for (long s = 0; s <= steps && rc == 0; s++) {
-            double t0 = now_s(), loss;
+            double t0 = latent_now_seconds(), loss;
             memset(g.slab, 0, g.slab_floats * sizeof(float));
             if (latent_trainer_step(t, &batch, &g, &loss, &err) != 0) {
                 rc = cli_fail("train --bench: %s", err.msg);
                 break;
             }
             latent_optim_step(&opt, &m.w, &g, latent_grad_norm(&g, opt.frozen));
-            times[s] = now_s() - t0;
+            times[s] = latent_now_seconds() - t0;
         }
         if (rc == 0) {
             /* the best of the timed steps (the first one warms caches and

@@ -8,14 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "latent/clock.h"
 
 /* $LATENT_MPI_PLUGIN, else latent-mpi.so beside this executable (the
  * build tree), else ../lib/latentd/latent-mpi.so from it (make install). */
@@ -80,25 +75,25 @@ int train_dist_share(const train_dist *d, int B, int *b0) {
 
 int train_dist_sum_floats(train_dist *d, float *x, size_t n) {
     if (!d->ops) return 0;
-    double t0 = now_s();
+    double t0 = latent_now_seconds();
     int rc = d->ops->sum_floats(x, n);
-    d->comm_seconds += now_s() - t0;
+    d->comm_seconds += latent_now_seconds() - t0;
     return rc;
 }
 
 int train_dist_sum_doubles(train_dist *d, double *x, int n) {
     if (!d->ops) return 0;
-    double t0 = now_s();
+    double t0 = latent_now_seconds();
     int rc = d->ops->sum_doubles(x, n);
-    d->comm_seconds += now_s() - t0;
+    d->comm_seconds += latent_now_seconds() - t0;
     return rc;
 }
 
 int train_dist_bcast(train_dist *d, void *buf, size_t bytes) {
     if (!d->ops) return 0;
-    double t0 = now_s();
+    double t0 = latent_now_seconds();
     int rc = d->ops->bcast(buf, bytes, 0);
-    d->comm_seconds += now_s() - t0;
+    d->comm_seconds += latent_now_seconds() - t0;
     return rc;
 }
 
