@@ -178,104 +178,130 @@ static int kinds_check(const char *list, char *bad, size_t cap) {
     }
 }
 
-int cmd_bench(int argc, char **argv) {
-    const char *dir = NULL, *kinds = "plain,t2mlr,lrt", *v;
-    int kernels = 0, determinism = 0;
-    long threads = 0, prefill = 512, decode = 64, rounds = 3;
-    latent_precision precs[6] = {LATENT_PRECISION_AUTO};
-    latent_weights_fmt wts[6] = {LATENT_WEIGHTS_AUTO};
-    int n_precs = 1;
-    int batches[16] = {1, 8, 32, 64}, n_batches = 4;
+typedef struct {
+    const char *dir, *kinds;
+    int kernels, determinism;
+    long threads, prefill, decode, rounds;
+    latent_precision precs[6];  /* the tables to run: precision and weights format of each */
+    latent_weights_fmt wts[6];
+    int n_precs;
+    int batches[16], n_batches;
+} bench_args;
+
+/* --precision and --weights: their lists into a->precs and a->wts. 0, -1 when
+ * argv[*i] is neither, or 2 (cli_fail's code) on a bad value. */
+static int parse_formats(int argc, char **argv, int *i, bench_args *a) {
+    const char *v;
+    char buf[64];
+    if (cli_opt(argc, argv, i, "--precision", &v)) {
+        snprintf(buf, sizeof buf, "%s", v);
+        a->n_precs = 0;
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
+            if (a->n_precs == 3 || latent_precision_parse(tok, &a->precs[a->n_precs++]) != 0)
+                return cli_fail("bench: --precision must list auto, f32 or bf16 (got '%s')", v);
+        if (a->n_precs == 0) return cli_fail("bench: --precision needs a value");
+        return 0;
+    }
+    if (cli_opt(argc, argv, i, "--weights", &v)) { /* appended to --precision's list, or replaces the default */
+        snprintf(buf, sizeof buf, "%s", v);
+        if (a->n_precs == 1 && a->precs[0] == LATENT_PRECISION_AUTO && a->wts[0] == LATENT_WEIGHTS_AUTO) a->n_precs = 0;
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","), a->n_precs++)
+            if (a->n_precs == 6 || (a->precs[a->n_precs] = LATENT_PRECISION_AUTO,
+                                    latent_weights_parse(tok, &a->wts[a->n_precs], &a->precs[a->n_precs]) != 0))
+                return cli_fail("bench: --weights must list f32, bf16 or q8 (got '%s')", v);
+        return 0;
+    }
+    return -1;
+}
+
+/* 0 to run, 1 when --help printed, 2 (cli_fail's code) on bad usage. */
+static int parse_args(int argc, char **argv, bench_args *a) {
+    const char *v;
+    *a = (bench_args){.kinds = "plain,t2mlr,lrt", .prefill = 512, .decode = 64, .rounds = 3,
+                      .precs = {LATENT_PRECISION_AUTO}, .wts = {LATENT_WEIGHTS_AUTO}, .n_precs = 1,
+                      .batches = {1, 8, 32, 64}, .n_batches = 4};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
-            return 0;
+            return 1;
         }
-        if (!strcmp(argv[i], "--kernels")) {
-            kernels = 1;
-            continue;
-        }
-        if (!strcmp(argv[i], "--determinism")) {
-            determinism = 1;
-            continue;
-        }
-        if (cli_opt(argc, argv, &i, "--model", &dir) || cli_opt(argc, argv, &i, "--kinds", &kinds)) continue;
-        if (cli_opt(argc, argv, &i, "--precision", &v)) {
-            char buf[64];
-            snprintf(buf, sizeof buf, "%s", v);
-            n_precs = 0;
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
-                if (n_precs == 3 || latent_precision_parse(tok, &precs[n_precs++]) != 0)
-                    return cli_fail("bench: --precision must list auto, f32 or bf16 (got '%s')", v);
-            if (n_precs == 0) return cli_fail("bench: --precision needs a value");
-            continue;
-        }
-        if (cli_opt(argc, argv, &i, "--weights", &v)) { /* appended to --precision's list, or replaces the default */
-            char buf[64];
-            snprintf(buf, sizeof buf, "%s", v);
-            if (n_precs == 1 && precs[0] == LATENT_PRECISION_AUTO && wts[0] == LATENT_WEIGHTS_AUTO) n_precs = 0;
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","), n_precs++)
-                if (n_precs == 6 || (precs[n_precs] = LATENT_PRECISION_AUTO,
-                                     latent_weights_parse(tok, &wts[n_precs], &precs[n_precs]) != 0))
-                    return cli_fail("bench: --weights must list f32, bf16 or q8 (got '%s')", v);
+        if (!strcmp(argv[i], "--kernels")) { a->kernels = 1; continue; }
+        if (!strcmp(argv[i], "--determinism")) { a->determinism = 1; continue; }
+        if (cli_opt(argc, argv, &i, "--model", &a->dir) || cli_opt(argc, argv, &i, "--kinds", &a->kinds)) continue;
+        int frc = parse_formats(argc, argv, &i, a);
+        if (frc >= 0) {
+            if (frc) return frc;
             continue;
         }
         if (cli_opt(argc, argv, &i, "--threads", &v)) {
-            if (cli_parse_long(v, 1, 256, &threads) != 0) return cli_fail("bench: --threads must be 1..256");
+            if (cli_parse_long(v, 1, 256, &a->threads) != 0) return cli_fail("bench: --threads must be 1..256");
             continue;
         }
         if (cli_opt(argc, argv, &i, "--prefill", &v)) {
-            if (cli_parse_long(v, 1, 65536, &prefill) != 0) return cli_fail("bench: --prefill must be 1..65536");
+            if (cli_parse_long(v, 1, 65536, &a->prefill) != 0) return cli_fail("bench: --prefill must be 1..65536");
             continue;
         }
         if (cli_opt(argc, argv, &i, "--decode", &v)) {
-            if (cli_parse_long(v, 1, 65536, &decode) != 0) return cli_fail("bench: --decode must be 1..65536");
+            if (cli_parse_long(v, 1, 65536, &a->decode) != 0) return cli_fail("bench: --decode must be 1..65536");
             continue;
         }
         if (cli_opt(argc, argv, &i, "--rounds", &v)) {
-            if (cli_parse_long(v, 1, 100, &rounds) != 0) return cli_fail("bench: --rounds must be 1..100");
+            if (cli_parse_long(v, 1, 100, &a->rounds) != 0) return cli_fail("bench: --rounds must be 1..100");
             continue;
         }
         if (cli_opt(argc, argv, &i, "--batches", &v)) {
-            if ((n_batches = parse_batches(v, batches, 16)) < 0) return cli_fail("bench: --batches must be a list of 1..4096");
+            if ((a->n_batches = parse_batches(v, a->batches, 16)) < 0)
+                return cli_fail("bench: --batches must be a list of 1..4096");
             continue;
         }
         fputs(help, stderr);
         return cli_fail("bench: unknown option '%s'", argv[i]);
     }
     char bad[64];
-    if (kinds_check(kinds, bad, sizeof bad) != 0)
+    if (kinds_check(a->kinds, bad, sizeof bad) != 0)
         return cli_fail("bench: --kinds: unknown model kind '%s' (the kinds are plain, t2mlr and lrt)", bad);
-    if (threads) latent_set_threads((int)threads);
+    return 0;
+}
+
+/* One model's tables: one per precision and weights format asked for. */
+static int bench_formats(const bench_args *a, const latent_model *m, const char *name) {
+    int rc = 0;
+    for (int p = 0; p < a->n_precs && rc == 0; p++)
+        rc = a->determinism
+                 ? bench_determinism(m, name, a->precs[p], (int)a->prefill, (int)a->decode, (int)a->rounds)
+                 : bench_model(name, m, a->precs[p], a->wts[p], (int)a->prefill, (int)a->decode, a->batches,
+                               a->n_batches, (int)a->rounds);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc) return prc == 1 ? 0 : prc;
+    if (a.threads) latent_set_threads((int)a.threads);
     printf("latent bench: %d threads, OPENBLAS_CORETYPE=%s\n", latent_get_threads(),
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
-    if (kernels) return bench_kernels();
+    if (a.kernels) return bench_kernels();
     latent_err err;
-    if (dir) {
+    if (a.dir) {
         latent_model m = {0};
-        if (latent_model_load(&m, dir, &err) != 0) {
+        if (latent_model_load(&m, a.dir, &err) != 0) {
             cli_fail("%s", err.msg);
             return 1;
         }
-        int rc = 0;
-        for (int p = 0; p < n_precs && rc == 0; p++)
-            rc = determinism ? bench_determinism(&m, dir, precs[p], (int)prefill, (int)decode, (int)rounds)
-                             : bench_model(dir, &m, precs[p], wts[p], (int)prefill, (int)decode, batches, n_batches, (int)rounds);
+        int rc = bench_formats(&a, &m, a.dir);
         latent_model_free(&m);
         return rc;
     }
     static const struct { const char *name; latent_rec_type rec; } all[] = {
         {"plain", LATENT_REC_NONE}, {"t2mlr", LATENT_REC_T2MLR}, {"lrt", LATENT_REC_LRT}};
     for (int k = 0; k < 3; k++) {
-        if (!kinds_has(kinds, all[k].name)) continue;
+        if (!kinds_has(a.kinds, all[k].name)) continue;
         latent_model m;
         if (bench_make_standard(&m, all[k].rec, &err) != 0) return cli_fail("%s", err.msg);
         char name[96];
         snprintf(name, sizeof name, "standard 135M-shaped model, %s, F32 weights", all[k].name);
-        int rc = 0;
-        for (int p = 0; p < n_precs && rc == 0; p++)
-            rc = determinism ? bench_determinism(&m, name, precs[p], (int)prefill, (int)decode, (int)rounds)
-                             : bench_model(name, &m, precs[p], wts[p], (int)prefill, (int)decode, batches, n_batches, (int)rounds);
+        int rc = bench_formats(&a, &m, name);
         latent_weights_free(&m.w);
         if (rc) return rc;
     }

@@ -75,19 +75,91 @@ static int parse_args(int argc, char **argv, gen_args *a) {
     return 0;
 }
 
+/* Encodes the prompt into *ids (malloc'd, with room for the tokens to
+ * generate); the prompt's length, or -1 after saying why. */
+static int encode_prompt(const latent_model *m, const gen_args *a, int32_t **ids) {
+    if (!m->tok) {
+        cli_fail("generate: %s has no tokenizer.json", a->dir);
+        return -1;
+    }
+    size_t plen = strlen(a->prompt);
+    int n_prompt = latent_tokenizer_encode(m->tok, a->prompt, plen, NULL, 0);
+    if (n_prompt < 1) {
+        cli_fail("generate: the prompt encodes to no tokens");
+        return -1;
+    }
+    if (n_prompt + a->n_gen > m->cfg.max_pos) {
+        cli_fail("generate: %d prompt tokens + %ld to generate exceed the context of %d", n_prompt, a->n_gen,
+                 m->cfg.max_pos);
+        return -1;
+    }
+    *ids = malloc((n_prompt + a->n_gen + 1) * sizeof **ids);
+    if (!*ids) {
+        cli_fail("generate: out of memory");
+        return -1;
+    }
+    latent_tokenizer_encode(m->tok, a->prompt, plen, *ids, n_prompt);
+    return n_prompt;
+}
+
+/* Runs the prompt ids[0..n_prompt) and samples up to a->n_gen tokens after
+ * it into ids, printing each (text or ids) as it comes. 0, or 1 after saying
+ * why. */
+static int decode(latent_engine *eng, const latent_model *m, latent_seq *seq, const gen_args *a, int32_t *ids,
+                  int n_prompt, float *logits) {
+    latent_err err;
+    latent_sampler_params sp;
+    latent_sampler_defaults(&sp);
+    sp.temperature = (float)a->temperature;
+    sp.top_p = (float)a->top_p;
+    sp.top_k = (int)a->top_k;
+    latent_rng rng;
+    latent_rng_seed(&rng, (uint64_t)a->seed);
+    latent_utf8_stream utf8 = {0};
+    static char piece[4096], text[LATENT_UTF8_STREAM_ROOM(4096)];
+
+    latent_batch_entry b = {.seq = seq, .tokens = ids, .n_tokens = n_prompt, .prompt = 1,
+                            .logits = LATENT_LOGITS_LAST, .out = logits};
+    if (a->print_ids) putchar('[');
+    for (int t = 0; t < a->n_gen; t++) {
+        if (latent_engine_step(eng, &b, 1, &err) != 0) {
+            cli_fail("%s", err.msg);
+            return 1;
+        }
+        latent_sample s;
+        int32_t next = latent_sampler_sample(&sp, &rng, logits, m->cfg.vocab, ids, n_prompt + t, &s);
+        ids[n_prompt + t] = next;
+        if (is_eos(&m->cfg, next)) break;
+        if (a->print_ids) {
+            printf(t ? ", %d" : "%d", next);
+        } else {
+            int nb = latent_tokenizer_token_bytes(m->tok, next, piece, sizeof piece);
+            if (nb > (int)sizeof piece) nb = (int)sizeof piece; /* longer tokens are cut */
+            size_t out = nb > 0 ? latent_utf8_stream_feed(&utf8, piece, (size_t)nb, text) : 0;
+            fwrite(text, 1, out, stdout);
+        }
+        fflush(stdout);
+        b = (latent_batch_entry){.seq = seq, .tokens = &ids[n_prompt + t], .n_tokens = 1, .prompt = 0,
+                                 .logits = LATENT_LOGITS_LAST, .out = logits};
+    }
+    if (a->print_ids) {
+        puts("]");
+    } else {
+        size_t out = latent_utf8_stream_flush(&utf8, text);
+        fwrite(text, 1, out, stdout);
+        putchar('\n');
+    }
+    return 0;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_args a;
     int prc = parse_args(argc, argv, &a);
     if (prc) return prc == 1 ? 0 : prc;
-    const char *dir = a.dir, *prompt = a.prompt, *kv_setting = a.kv_setting;
-    long n_gen = a.n_gen, seed = a.seed, top_k = a.top_k;
-    double temperature = a.temperature, top_p = a.top_p;
-    int print_ids = a.print_ids;
-    latent_engine_opts eo = a.eo;
 
     latent_model m = {0};
     latent_err err;
-    if (cli_load_model(&m, dir, &eo, &err) != 0) {
+    if (cli_load_model(&m, a.dir, &a.eo, &err) != 0) {
         cli_fail("%s", err.msg);
         return 1;
     }
@@ -97,74 +169,19 @@ int cmd_generate(int argc, char **argv) {
     latent_engine *eng = NULL;
     float *logits = NULL;
     int32_t *ids = NULL;
-    if (!m.tok) {
-        cli_fail("generate: %s has no tokenizer.json", dir);
-        goto done;
-    }
-    size_t plen = strlen(prompt);
-    int n_prompt = latent_tokenizer_encode(m.tok, prompt, plen, NULL, 0);
-    if (n_prompt < 1) {
-        cli_fail("generate: the prompt encodes to no tokens");
-        goto done;
-    }
-    if (n_prompt + n_gen > m.cfg.max_pos) {
-        cli_fail("generate: %d prompt tokens + %ld to generate exceed the context of %d", n_prompt, n_gen, m.cfg.max_pos);
-        goto done;
-    }
-    ids = malloc((n_prompt + n_gen + 1) * sizeof *ids);
+    int n_prompt = encode_prompt(&m, &a, &ids);
+    if (n_prompt < 0) goto done;
     logits = malloc((size_t)m.cfg.vocab * sizeof(float));
-    if (!ids || !logits) {
+    if (!logits) {
         cli_fail("generate: out of memory");
         goto done;
     }
-    latent_tokenizer_encode(m.tok, prompt, plen, ids, n_prompt);
-    if (cli_kv_pool(&pool, &m, &eo, kv_setting, 1, n_prompt + (int)n_gen, &err) != 0 ||
-        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new_opts(&m, &eo, &err))) {
+    if (cli_kv_pool(&pool, &m, &a.eo, a.kv_setting, 1, n_prompt + (int)a.n_gen, &err) != 0 ||
+        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new_opts(&m, &a.eo, &err))) {
         cli_fail("%s", err.msg);
         goto done;
     }
-    latent_sampler_params sp;
-    latent_sampler_defaults(&sp);
-    sp.temperature = (float)temperature;
-    sp.top_p = (float)top_p;
-    sp.top_k = (int)top_k;
-    latent_rng rng;
-    latent_rng_seed(&rng, (uint64_t)seed);
-    latent_utf8_stream utf8 = {0};
-    static char piece[4096], text[LATENT_UTF8_STREAM_ROOM(4096)];
-
-    latent_batch_entry b = {.seq = &seq, .tokens = ids, .n_tokens = n_prompt, .prompt = 1,
-                            .logits = LATENT_LOGITS_LAST, .out = logits};
-    if (print_ids) putchar('[');
-    for (int t = 0; t < n_gen; t++) {
-        if (latent_engine_step(eng, &b, 1, &err) != 0) {
-            cli_fail("%s", err.msg);
-            goto done;
-        }
-        latent_sample s;
-        int32_t next = latent_sampler_sample(&sp, &rng, logits, m.cfg.vocab, ids, n_prompt + t, &s);
-        ids[n_prompt + t] = next;
-        if (is_eos(&m.cfg, next)) break;
-        if (print_ids) {
-            printf(t ? ", %d" : "%d", next);
-        } else {
-            int nb = latent_tokenizer_token_bytes(m.tok, next, piece, sizeof piece);
-            if (nb > (int)sizeof piece) nb = (int)sizeof piece; /* longer tokens are cut */
-            size_t out = nb > 0 ? latent_utf8_stream_feed(&utf8, piece, (size_t)nb, text) : 0;
-            fwrite(text, 1, out, stdout);
-        }
-        fflush(stdout);
-        b = (latent_batch_entry){.seq = &seq, .tokens = &ids[n_prompt + t], .n_tokens = 1, .prompt = 0,
-                                 .logits = LATENT_LOGITS_LAST, .out = logits};
-    }
-    if (print_ids) {
-        puts("]");
-    } else {
-        size_t out = latent_utf8_stream_flush(&utf8, text);
-        fwrite(text, 1, out, stdout);
-        putchar('\n');
-    }
-    rc = 0;
+    rc = decode(eng, &m, &seq, &a, ids, n_prompt, logits);
 done:
     free(ids);
     free(logits);

@@ -78,101 +78,121 @@ static int base_is_bf16(const char *dir) {
     return any && all_bf16;
 }
 
-int cmd_retrofit(int argc, char **argv) {
-    const char *base = NULL, *out = NULL, *t2mlr_arg = NULL, *lrt_arg = NULL, *seed_arg = NULL, *v;
-    int shared = 0, force = 0, residual = 1, kv = 1, dtype = -1; /* -1 auto, 0 f32, 1 bf16 */
-    long recur_on_prompt = 1;
+typedef struct {
+    const char *base, *out, *t2mlr, *lrt, *seed_arg;
+    int shared, force, residual, kv, dtype; /* dtype: -1 auto, 0 f32, 1 bf16 */
+    long recur_on_prompt, seed;
+} retro_args;
+
+/* 0 to run, 1 when --help printed, 2 (cli_fail's code) on bad usage. */
+static int parse_args(int argc, char **argv, retro_args *a) {
+    const char *v;
+    *a = (retro_args){.residual = 1, .kv = 1, .dtype = -1, .recur_on_prompt = 1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
-            return 0;
+            return 1;
         }
-        if (!strcmp(argv[i], "--shared-kv")) { shared = 1; continue; }
-        if (!strcmp(argv[i], "--force")) { force = 1; continue; }
-        if (!strcmp(argv[i], "--no-residual-injection")) { residual = 0; continue; }
-        if (!strcmp(argv[i], "--no-kv-injection")) { kv = 0; continue; }
-        if (cli_opt(argc, argv, &i, "--model", &base) || cli_opt(argc, argv, &i, "--out", &out) ||
-            cli_opt(argc, argv, &i, "--t2mlr", &t2mlr_arg) || cli_opt(argc, argv, &i, "--lrt", &lrt_arg) ||
-            cli_opt(argc, argv, &i, "--seed", &seed_arg))
+        if (!strcmp(argv[i], "--shared-kv")) { a->shared = 1; continue; }
+        if (!strcmp(argv[i], "--force")) { a->force = 1; continue; }
+        if (!strcmp(argv[i], "--no-residual-injection")) { a->residual = 0; continue; }
+        if (!strcmp(argv[i], "--no-kv-injection")) { a->kv = 0; continue; }
+        if (cli_opt(argc, argv, &i, "--model", &a->base) || cli_opt(argc, argv, &i, "--out", &a->out) ||
+            cli_opt(argc, argv, &i, "--t2mlr", &a->t2mlr) || cli_opt(argc, argv, &i, "--lrt", &a->lrt) ||
+            cli_opt(argc, argv, &i, "--seed", &a->seed_arg))
             continue;
         if (cli_opt(argc, argv, &i, "--recur-on-prompt", &v)) {
-            if (cli_parse_long(v, 0, 1, &recur_on_prompt) != 0) return cli_fail("retrofit: --recur-on-prompt must be 0 or 1");
+            if (cli_parse_long(v, 0, 1, &a->recur_on_prompt) != 0)
+                return cli_fail("retrofit: --recur-on-prompt must be 0 or 1");
             continue;
         }
         if (cli_opt(argc, argv, &i, "--dtype", &v)) {
-            if (!strcmp(v, "auto")) dtype = -1;
-            else if (!strcmp(v, "f32")) dtype = 0;
-            else if (!strcmp(v, "bf16")) dtype = 1;
+            if (!strcmp(v, "auto")) a->dtype = -1;
+            else if (!strcmp(v, "f32")) a->dtype = 0;
+            else if (!strcmp(v, "bf16")) a->dtype = 1;
             else return cli_fail("retrofit: --dtype must be auto, f32 or bf16 (got '%s')", v);
             continue;
         }
         fputs(help, stderr);
         return cli_fail("retrofit: unknown option '%s'", argv[i]);
     }
-    if (!base) return cli_fail("retrofit: --model BASEDIR is required");
-    if (!out) return cli_fail("retrofit: --out DIR is required");
-    if (!seed_arg) return cli_fail("retrofit: --seed N is required");
-    if (!t2mlr_arg == !lrt_arg) return cli_fail("retrofit: give exactly one of --t2mlr L_START,L_END and --lrt SRC[,START,END]");
-    long seed;
-    if (cli_parse_long(seed_arg, 0, __LONG_MAX__, &seed) != 0)
-        return cli_fail("retrofit: --seed must be a non-negative integer (got '%s')", seed_arg);
+    if (!a->base) return cli_fail("retrofit: --model BASEDIR is required");
+    if (!a->out) return cli_fail("retrofit: --out DIR is required");
+    if (!a->seed_arg) return cli_fail("retrofit: --seed N is required");
+    if (!a->t2mlr == !a->lrt) return cli_fail("retrofit: give exactly one of --t2mlr L_START,L_END and --lrt SRC[,START,END]");
+    if (cli_parse_long(a->seed_arg, 0, __LONG_MAX__, &a->seed) != 0)
+        return cli_fail("retrofit: --seed must be a non-negative integer (got '%s')", a->seed_arg);
+    return 0;
+}
+
+/* The recurrent path --t2mlr or --lrt asks for, into the base model's cfg
+ * (plain); 0, or -1 after saying why. */
+static int set_recurrence(latent_config *cfg, const retro_args *ra) {
+    const int L = cfg->n_layers;
+    int a[3];
+    if (ra->t2mlr) {
+        if (parse_ints(ra->t2mlr, a, 2) != 2 || a[0] < 0 || a[0] > a[1] || a[1] >= L) {
+            cli_fail("retrofit: --t2mlr needs L_START,L_END with 0 <= L_START <= L_END < %d (got '%s')", L, ra->t2mlr);
+            return -1;
+        }
+        cfg->rec = LATENT_REC_T2MLR;
+        cfg->t2mlr = (latent_t2mlr_config){.l_start = a[0], .l_end = a[1], .cache_residual = true,
+                                           .cache_norm_clamp = 5.0f, .cache_norm_eps = 1e-6f,
+                                           .recur_on_prompt = ra->recur_on_prompt != 0};
+        return 0;
+    }
+    int n = parse_ints(ra->lrt, a, 3);
+    if (n == 1) a[1] = 0, a[2] = L - 1;
+    if ((n != 1 && n != 3) || a[0] < -1 || a[0] >= L || a[1] < 0 || a[1] > a[2] || a[2] >= L) {
+        cli_fail("retrofit: --lrt needs SRC[,START,END] with -1 <= SRC < %d and 0 <= START <= END < %d (got '%s')", L,
+                 L, ra->lrt);
+        return -1;
+    }
+    if (!ra->residual && !ra->kv) {
+        cli_fail("retrofit: --no-residual-injection and --no-kv-injection together leave no memory path");
+        return -1;
+    }
+    cfg->rec = LATENT_REC_LRT;
+    cfg->lrt = (latent_lrt_config){.source_layer = a[0], .inject_start = a[1], .inject_end = a[2],
+                                   .residual_injection = ra->residual, .kv_injection = ra->kv,
+                                   .shared_kv_projection = ra->shared};
+    return 0;
+}
+
+int cmd_retrofit(int argc, char **argv) {
+    retro_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc) return prc == 1 ? 0 : prc;
 
     latent_err err;
     latent_model m = {0};
-    if (latent_model_load(&m, base, &err) != 0) {
+    if (latent_model_load(&m, a.base, &err) != 0) {
         cli_fail("retrofit: %s", err.msg);
         return 1;
     }
     int rc = 1;
     latent_weights w = {0};
     latent_config cfg = m.cfg;
-    const int L = cfg.n_layers;
     if (cfg.rec != LATENT_REC_NONE) {
-        cli_fail("retrofit: %s already has a recurrent path (%s); retrofit a plain Llama model", base,
+        cli_fail("retrofit: %s already has a recurrent path (%s); retrofit a plain Llama model", a.base,
                  cfg.rec == LATENT_REC_T2MLR ? "t2mlr" : "lrt");
         goto done;
     }
-    int a[3];
-    if (t2mlr_arg) {
-        if (parse_ints(t2mlr_arg, a, 2) != 2 || a[0] < 0 || a[0] > a[1] || a[1] >= L) {
-            cli_fail("retrofit: --t2mlr needs L_START,L_END with 0 <= L_START <= L_END < %d (got '%s')", L, t2mlr_arg);
-            goto done;
-        }
-        cfg.rec = LATENT_REC_T2MLR;
-        cfg.t2mlr = (latent_t2mlr_config){.l_start = a[0], .l_end = a[1], .cache_residual = true,
-                                          .cache_norm_clamp = 5.0f, .cache_norm_eps = 1e-6f,
-                                          .recur_on_prompt = recur_on_prompt != 0};
-    } else {
-        int n = parse_ints(lrt_arg, a, 3);
-        if (n == 1) a[1] = 0, a[2] = L - 1;
-        if ((n != 1 && n != 3) || a[0] < -1 || a[0] >= L || a[1] < 0 || a[1] > a[2] || a[2] >= L) {
-            cli_fail("retrofit: --lrt needs SRC[,START,END] with -1 <= SRC < %d and 0 <= START <= END < %d (got '%s')",
-                     L, L, lrt_arg);
-            goto done;
-        }
-        if (!residual && !kv) {
-            cli_fail("retrofit: --no-residual-injection and --no-kv-injection together leave no memory path");
-            goto done;
-        }
-        cfg.rec = LATENT_REC_LRT;
-        cfg.lrt = (latent_lrt_config){.source_layer = a[0], .inject_start = a[1], .inject_end = a[2],
-                                      .residual_injection = residual, .kv_injection = kv,
-                                      .shared_kv_projection = shared};
-    }
+    if (set_recurrence(&cfg, &a) != 0) goto done;
     if (latent_weights_alloc(&w, &cfg, &err) != 0 || latent_weights_copy_backbone(&w, &m.w, &err) != 0) {
         cli_fail("retrofit: %s", err.msg);
         goto done;
     }
-    latent_weights_init_retrofit(&w, &cfg, (uint64_t)seed);
-    int bf16 = dtype >= 0 ? dtype : base_is_bf16(base);
-    if (latent_model_dir_write(out, &cfg, &w, bf16, base, force, &err) != 0) {
+    latent_weights_init_retrofit(&w, &cfg, (uint64_t)a.seed);
+    int bf16 = a.dtype >= 0 ? a.dtype : base_is_bf16(a.base);
+    if (latent_model_dir_write(a.out, &cfg, &w, bf16, a.base, a.force, &err) != 0) {
         cli_fail("retrofit: %s", err.msg);
         goto done;
     }
     int64_t added = 0;
     for (int i = 0; i < w.n_params; i++)
         if (latent_param_is_recurrent(w.params[i].name)) added += w.params[i].numel;
-    fprintf(stderr, "latent: retrofit: wrote %s (%s, %lld recurrent parameters added, %s)\n", out,
+    fprintf(stderr, "latent: retrofit: wrote %s (%s, %lld recurrent parameters added, %s)\n", a.out,
             cfg.rec == LATENT_REC_T2MLR ? "T2MLR" : "LRT", (long long)added, bf16 ? "BF16" : "F32");
     rc = 0;
 done:

@@ -157,117 +157,143 @@ static int load_tokenizer(const tf_args *a, latent_tokenizer **tok, int32_t *eos
     return 0;
 }
 
-int cmd_tokenize_file(int argc, char **argv) {
-    tf_args a;
-    int prc = parse_args(argc, argv, &a);
-    if (prc) return prc == 1 ? 0 : prc;
-    const char *in_path = a.in_path, *out_path = a.out_path;
-    int eos_lines = a.eos_lines;
-    long block_bytes = a.block_bytes;
-    latent_tokenizer *tok = NULL;
-    int32_t eos = -1;
-    int lrc = load_tokenizer(&a, &tok, &eos);
-    if (lrc) return lrc;
+/* One run's encoding side: where the ids go, and how far it has come. */
+typedef struct {
+    const latent_tokenizer *tok;
+    int32_t eos;               /* written after each line under --eos-between-lines */
+    int eos_lines, mid_line;   /* mid_line: the text so far ends inside a non-empty line */
+    int32_t *ids; int ids_cap; /* the encoder's growable scratch */
+    tf_out o;
+    uint64_t total, done;      /* bytes of the input, and bytes encoded so far */
+    double t0;                 /* the start, for the progress lines */
+    int tty;                   /* stderr is a terminal: progress rewrites one line */
+} tf_run;
 
-    int rc = 1;
-    FILE *in = fopen(in_path, "rb");
-    char *tmp = malloc(strlen(out_path) + 8);
-    const size_t BLOCK = (size_t)block_bytes;
-    char *block = malloc(BLOCK + 1);
-    int32_t *ids = NULL;
-    int ids_cap = 0;
-    tf_out o = {.path = out_path, .cap = 1 << 16};
-    o.buf = malloc(o.cap * sizeof *o.buf);
-    if (!in) {
-        cli_fail("tokenize-file: %s: cannot open: %s", in_path, strerror(errno));
-        goto done;
+/* --eos-between-lines: encodes block[0..cut) line by line, an eos after
+ * each whole non-empty line; the piece after the last newline continues in
+ * the next block unless line_ends. 0, or -1 when a write failed. */
+static int encode_lines(tf_run *r, const char *block, size_t cut, int line_ends) {
+    int werr = 0;
+    size_t s = 0; /* lines [s, i) end at each newline */
+    for (size_t i = 0; i <= cut; i++) {
+        if (i < cut && block[i] != '\n') continue;
+        int whole = i < cut || line_ends;
+        size_t e = i;
+        if (whole && e > s && block[e - 1] == '\r') e--; /* CRLF */
+        if (e > s && tf_encode(r->tok, block + s, e - s, &r->ids, &r->ids_cap, &r->o) != 0) werr = -1;
+        if (whole && (e > s || r->mid_line) && tf_put(&r->o, &r->eos, 1) != 0) werr = -1;
+        r->mid_line = !whole && (e > s || r->mid_line);
+        if (whole) r->mid_line = 0;
+        s = i + 1;
     }
-    if (!tmp || !block || !o.buf) {
-        cli_fail("tokenize-file: out of memory");
-        goto done;
-    }
-    sprintf(tmp, "%s.tmp", out_path);
-    if (!(o.f = fopen(tmp, "wb"))) {
-        cli_fail("tokenize-file: %s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
-    struct stat st;
-    uint64_t total = fstat(fileno(in), &st) == 0 ? (uint64_t)st.st_size : 0, done_bytes = 0;
-    int tty = isatty(2);
-    double t0 = latent_now_seconds(), last = t0;
+    return werr;
+}
+
+/* Reads `in` in blocks of block_size bytes and encodes each up to its last
+ * safe cut, carrying the rest to the next; progress on stderr. 0, -1 when a
+ * write failed, -2 after saying that reading failed. */
+static int encode_file(tf_run *r, FILE *in, const char *in_path, char *block, size_t block_size) {
+    double last = r->t0;
     size_t have = 0; /* bytes carried at the start of block */
-    int eof = 0, werr = 0, mid_line = 0;
+    int eof = 0, werr = 0;
     while (!werr) {
         if (!eof) {
-            size_t r = fread(block + have, 1, BLOCK - have, in);
-            if (r < BLOCK - have) {
+            size_t n = fread(block + have, 1, block_size - have, in);
+            if (n < block_size - have) {
                 if (ferror(in)) {
                     cli_fail("tokenize-file: %s: read failed: %s", in_path, strerror(errno));
-                    goto done;
+                    return -2;
                 }
                 eof = 1;
             }
-            have += r;
+            have += n;
         }
         if (have == 0) break;
         /* cut: everything up to the last safe point (all of it at end of file) */
-        size_t cut = eof ? have : find_cut(block, have, eos_lines);
+        size_t cut = eof ? have : find_cut(block, have, r->eos_lines);
         int line_ends = eof || (cut > 0 && block[cut - 1] == '\n'); /* eos mode: the last line is whole */
         if (cut == 0) cut = have, line_ends = 0; /* a whole block without a safe point: cut anyway */
-        if (eos_lines) {
-            /* lines [s, i) end at each newline; the piece after the last one
-             * continues in the next block unless the block ends a line */
-            size_t s = 0;
-            for (size_t i = 0; i <= cut; i++) {
-                if (i < cut && block[i] != '\n') continue;
-                int whole = i < cut || line_ends;
-                size_t e = i;
-                if (whole && e > s && block[e - 1] == '\r') e--; /* CRLF */
-                if (e > s && tf_encode(tok, block + s, e - s, &ids, &ids_cap, &o) != 0) werr = 1;
-                if (whole && (e > s || mid_line) && tf_put(&o, &eos, 1) != 0) werr = 1;
-                mid_line = !whole && (e > s || mid_line);
-                if (whole) mid_line = 0;
-                s = i + 1;
-            }
-        } else if (tf_encode(tok, block, cut, &ids, &ids_cap, &o) != 0) {
-            werr = 1;
-        }
-        done_bytes += cut;
+        if (r->eos_lines) werr = encode_lines(r, block, cut, line_ends);
+        else if (tf_encode(r->tok, block, cut, &r->ids, &r->ids_cap, &r->o) != 0) werr = -1;
+        r->done += cut;
         memmove(block, block + cut, have - cut);
         have -= cut;
         double t = latent_now_seconds();
-        if (t - last >= (tty ? 0.2 : 5.0)) {
-            progress(done_bytes, total, o.n_ids, t0, tty, 0);
+        if (t - last >= (r->tty ? 0.2 : 5.0)) {
+            progress(r->done, r->total, r->o.n_ids, r->t0, r->tty, 0);
             last = t;
         }
         if (eof && have == 0) break;
     }
-    if (werr || tf_flush(&o) != 0 || fflush(o.f) != 0 || fsync(fileno(o.f)) != 0) {
+    return werr;
+}
+
+/* Writes out what o holds, syncs and closes tmp and renames it to out_path
+ * (o->f is NULL after). 0, or -1 after saying why. */
+static int commit_out(tf_out *o, const char *tmp, const char *out_path, int werr) {
+    if (werr || tf_flush(o) != 0 || fflush(o->f) != 0 || fsync(fileno(o->f)) != 0) {
         cli_fail("tokenize-file: %s: write failed: %s", tmp, strerror(errno));
-        goto done;
+        return -1;
     }
-    if (fclose(o.f) != 0) {
-        o.f = NULL;
+    int closed = fclose(o->f) == 0;
+    o->f = NULL;
+    if (!closed) {
         cli_fail("tokenize-file: %s: close failed: %s", tmp, strerror(errno));
-        goto done;
+        return -1;
     }
-    o.f = NULL;
     if (rename(tmp, out_path) != 0) {
         cli_fail("tokenize-file: cannot rename %s to %s: %s", tmp, out_path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_tokenize_file(int argc, char **argv) {
+    tf_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc) return prc == 1 ? 0 : prc;
+    tf_run r = {.eos_lines = a.eos_lines, .eos = -1, .o = {.path = a.out_path, .cap = 1 << 16}};
+    latent_tokenizer *tok = NULL;
+    int lrc = load_tokenizer(&a, &tok, &r.eos);
+    if (lrc) return lrc;
+    r.tok = tok;
+
+    int rc = 1;
+    FILE *in = fopen(a.in_path, "rb");
+    char *tmp = malloc(strlen(a.out_path) + 8);
+    char *block = malloc((size_t)a.block_bytes + 1);
+    r.o.buf = malloc(r.o.cap * sizeof *r.o.buf);
+    if (!in) {
+        cli_fail("tokenize-file: %s: cannot open: %s", a.in_path, strerror(errno));
         goto done;
     }
-    progress(done_bytes, total, o.n_ids, t0, tty, 1);
-    fprintf(stderr, "tokenize-file: wrote %s: %llu tokens (%.2f bytes per token)\n", out_path,
-            (unsigned long long)o.n_ids, o.n_ids ? (double)done_bytes / (double)o.n_ids : 0.0);
+    if (!tmp || !block || !r.o.buf) {
+        cli_fail("tokenize-file: out of memory");
+        goto done;
+    }
+    sprintf(tmp, "%s.tmp", a.out_path);
+    if (!(r.o.f = fopen(tmp, "wb"))) {
+        cli_fail("tokenize-file: %s: cannot create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    struct stat st;
+    r.total = fstat(fileno(in), &st) == 0 ? (uint64_t)st.st_size : 0;
+    r.tty = isatty(2);
+    r.t0 = latent_now_seconds();
+    int werr = encode_file(&r, in, a.in_path, block, (size_t)a.block_bytes);
+    if (werr == -2 || commit_out(&r.o, tmp, a.out_path, werr) != 0) goto done;
+    progress(r.done, r.total, r.o.n_ids, r.t0, r.tty, 1);
+    fprintf(stderr, "tokenize-file: wrote %s: %llu tokens (%.2f bytes per token)\n", a.out_path,
+            (unsigned long long)r.o.n_ids, r.o.n_ids ? (double)r.done / (double)r.o.n_ids : 0.0);
     rc = 0;
 done:
-    if (o.f) {
-        fclose(o.f);
+    if (r.o.f) {
+        fclose(r.o.f);
         remove(tmp);
     }
     if (in) fclose(in);
-    free(o.buf);
-    free(ids);
+    free(r.o.buf);
+    free(r.ids);
     free(block);
     free(tmp);
     latent_tokenizer_free(tok);

@@ -107,17 +107,112 @@ typedef struct {
     latent_train_batch batch; /* the global batch (every rank reads it whole, runs its share) */
 } train_run;
 
-static int parse_args(int argc, char **argv, train_args *a) {
+static void train_args_defaults(train_args *a) {
     memset(a, 0, sizeof *a);
     a->steps = 1000, a->batch = 8, a->seq = 256, a->D = 4, a->K = 2, a->S = 2;
     a->eval_every = 100, a->eval_batches = 8, a->keep = 2, a->seed = 1, a->mode = -1, a->shuffle = 1;
     a->o = (latent_optim_opts){.adamw = 1, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                .grad_clip = 1.0f, .cosine = 1};
+}
+
+/* The options parse_args' helpers take: NOT_MINE when argv[*i] is none of
+ * theirs, 0 when it was one and its value was good, else cli_fail's 2. */
+enum { NOT_MINE = -1 };
+
+/* The integer and real options, each a range from its table. */
+static int parse_number_opt(int argc, char **argv, int *i, train_args *a, int *have_steps) {
+    const char *v;
+    double x;
+    long n;
+    struct { const char *name; long *dst; long lo, hi; } ints[] = {
+        {"--steps", &a->steps, 1, 1L << 40}, {"--schedule-steps", &a->schedule_steps, 1, 1L << 40},
+        {"--batch", &a->batch, 1, 1 << 16}, {"--seq", &a->seq, 2, 1 << 20},
+        {"--jacobi-iters", &a->D, 1, 4096}, {"--jacobi-grad-iters", &a->K, 0, 4096},
+        {"--lrt-subsets", &a->S, 1, 1 << 20}, {"--eval-every", &a->eval_every, 0, 1L << 40},
+        {"--eval-batches", &a->eval_batches, 1, 1 << 20}, {"--save-every", &a->save_every, 0, 1L << 40},
+        {"--keep", &a->keep, 1, 1 << 20}, {"--threads", &a->threads, 1, 64}};
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+        if (cli_opt(argc, argv, i, ints[k].name, &v)) {
+            if (cli_parse_long(v, ints[k].lo, ints[k].hi, &n) != 0)
+                return cli_fail("train: %s must be an integer from %ld to %ld (got '%s')", ints[k].name, ints[k].lo,
+                                ints[k].hi, v);
+            *ints[k].dst = n;
+            *have_steps |= ints[k].dst == &a->steps;
+            return 0;
+        }
+    struct { const char *name; float *dst; double lo, hi; } reals[] = {
+        {"--lr", &a->o.lr, 0, 100}, {"--weight-decay", &a->o.weight_decay, 0, 100},
+        {"--beta1", &a->o.beta1, 0, 0.999999}, {"--beta2", &a->o.beta2, 0, 0.99999999},
+        {"--eps", &a->o.eps, 0, 1}, {"--grad-clip", &a->o.grad_clip, 0, 1e9}};
+    for (size_t k = 0; k < sizeof reals / sizeof reals[0]; k++)
+        if (cli_opt(argc, argv, i, reals[k].name, &v)) {
+            if (cli_parse_double(v, reals[k].lo, reals[k].hi, &x) != 0)
+                return cli_fail("train: %s must be a number from %g to %g (got '%s')", reals[k].name, reals[k].lo,
+                                reals[k].hi, v);
+            *reals[k].dst = (float)x;
+            return 0;
+        }
+    return NOT_MINE;
+}
+
+/* The options with a value of their own kind: seed, warmup, names. */
+static int parse_other_opt(int argc, char **argv, int *i, train_args *a) {
+    const char *v;
+    long n;
+    if (cli_opt(argc, argv, i, "--seed", &v)) {
+        if (cli_parse_long(v, 0, 0x7fffffffffffffffL, &n) != 0)
+            return cli_fail("train: --seed must be a non-negative integer (got '%s')", v);
+        a->seed = n;
+        return 0;
+    }
+    if (cli_opt(argc, argv, i, "--warmup", &v)) {
+        if (cli_parse_long(v, 0, 1L << 40, &n) != 0) return cli_fail("train: --warmup must be >= 0 (got '%s')", v);
+        a->o.warmup = (int)n;
+        return 0;
+    }
+    if (cli_opt(argc, argv, i, "--optimizer", &v)) {
+        if (!strcmp(v, "adamw")) a->o.adamw = 1;
+        else if (!strcmp(v, "sgd")) a->o.adamw = 0;
+        else return cli_fail("train: --optimizer must be adamw or sgd (got '%s')", v);
+        return 0;
+    }
+    if (cli_opt(argc, argv, i, "--lr-schedule", &v)) {
+        if (!strcmp(v, "cosine")) a->o.cosine = 1;
+        else if (!strcmp(v, "constant")) a->o.cosine = 0;
+        else return cli_fail("train: --lr-schedule must be cosine or constant (got '%s')", v);
+        return 0;
+    }
+    if (cli_opt(argc, argv, i, "--precision", &v)) {
+        a->bench_precisions = v;
+        if (strchr(v, ',')) return 0; /* a list: --bench only (checked there) */
+        if (latent_precision_parse(v, &a->precision) != 0)
+            return cli_fail("train: --precision must be auto, f32 or bf16 (got '%s')", v);
+        return 0;
+    }
+    if (cli_opt(argc, argv, i, "--jacobi-tol", &v)) {
+        if (cli_parse_double(v, 0, 1e9, &a->jacobi_tol) != 0)
+            return cli_fail("train: --jacobi-tol must be a number >= 0 (got '%s')", v);
+        return 0;
+    }
+    if (cli_opt(argc, argv, i, "--save-dtype", &v)) {
+        if (latent_precision_parse(v, &a->save_dtype) != 0)
+            return cli_fail("train: --save-dtype must be auto, f32 or bf16 (got '%s')", v);
+        return 0;
+    }
+    if (cli_opt(argc, argv, i, "--mode", &v)) {
+        if (!strcmp(v, "plain")) a->mode = LATENT_TRAIN_PLAIN;
+        else if (!strcmp(v, "jacobi")) a->mode = LATENT_TRAIN_JACOBI;
+        else if (!strcmp(v, "lrt")) a->mode = LATENT_TRAIN_LRT;
+        else return cli_fail("train: --mode must be plain, jacobi or lrt (got '%s')", v);
+        return 0;
+    }
+    return NOT_MINE;
+}
+
+static int parse_args(int argc, char **argv, train_args *a) {
+    train_args_defaults(a);
     int have_steps = 0;
     for (int i = 1; i < argc; i++) {
-        const char *v;
-        double x;
-        long n;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
             exit(0);
@@ -129,87 +224,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
             cli_opt(argc, argv, &i, "--out", &a->out) || cli_opt(argc, argv, &i, "--eval-data", &a->eval_data) ||
             cli_opt(argc, argv, &i, "--kinds", &a->kinds))
             continue;
-        struct { const char *name; long *dst; long lo, hi; } ints[] = {
-            {"--steps", &a->steps, 1, 1L << 40}, {"--schedule-steps", &a->schedule_steps, 1, 1L << 40},
-            {"--batch", &a->batch, 1, 1 << 16}, {"--seq", &a->seq, 2, 1 << 20},
-            {"--jacobi-iters", &a->D, 1, 4096}, {"--jacobi-grad-iters", &a->K, 0, 4096},
-            {"--lrt-subsets", &a->S, 1, 1 << 20}, {"--eval-every", &a->eval_every, 0, 1L << 40},
-            {"--eval-batches", &a->eval_batches, 1, 1 << 20}, {"--save-every", &a->save_every, 0, 1L << 40},
-            {"--keep", &a->keep, 1, 1 << 20}, {"--threads", &a->threads, 1, 64}};
-        int hit = 0;
-        for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
-            if (cli_opt(argc, argv, &i, ints[k].name, &v)) {
-                if (cli_parse_long(v, ints[k].lo, ints[k].hi, &n) != 0)
-                    return cli_fail("train: %s must be an integer from %ld to %ld (got '%s')", ints[k].name, ints[k].lo,
-                                    ints[k].hi, v);
-                *ints[k].dst = n;
-                have_steps |= ints[k].dst == &a->steps;
-                hit = 1;
-                break;
-            }
-        if (hit) continue;
-        struct { const char *name; float *dst; double lo, hi; } reals[] = {
-            {"--lr", &a->o.lr, 0, 100}, {"--weight-decay", &a->o.weight_decay, 0, 100},
-            {"--beta1", &a->o.beta1, 0, 0.999999}, {"--beta2", &a->o.beta2, 0, 0.99999999},
-            {"--eps", &a->o.eps, 0, 1}, {"--grad-clip", &a->o.grad_clip, 0, 1e9}};
-        for (size_t k = 0; k < sizeof reals / sizeof reals[0]; k++)
-            if (cli_opt(argc, argv, &i, reals[k].name, &v)) {
-                if (cli_parse_double(v, reals[k].lo, reals[k].hi, &x) != 0)
-                    return cli_fail("train: %s must be a number from %g to %g (got '%s')", reals[k].name, reals[k].lo,
-                                    reals[k].hi, v);
-                *reals[k].dst = (float)x;
-                hit = 1;
-                break;
-            }
-        if (hit) continue;
-        if (cli_opt(argc, argv, &i, "--seed", &v)) {
-            if (cli_parse_long(v, 0, 0x7fffffffffffffffL, &n) != 0)
-                return cli_fail("train: --seed must be a non-negative integer (got '%s')", v);
-            a->seed = n;
-            continue;
-        }
-        if (cli_opt(argc, argv, &i, "--warmup", &v)) {
-            if (cli_parse_long(v, 0, 1L << 40, &n) != 0) return cli_fail("train: --warmup must be >= 0 (got '%s')", v);
-            a->o.warmup = (int)n;
-            continue;
-        }
-        if (cli_opt(argc, argv, &i, "--optimizer", &v)) {
-            if (!strcmp(v, "adamw")) a->o.adamw = 1;
-            else if (!strcmp(v, "sgd")) a->o.adamw = 0;
-            else return cli_fail("train: --optimizer must be adamw or sgd (got '%s')", v);
-            continue;
-        }
-        if (cli_opt(argc, argv, &i, "--lr-schedule", &v)) {
-            if (!strcmp(v, "cosine")) a->o.cosine = 1;
-            else if (!strcmp(v, "constant")) a->o.cosine = 0;
-            else return cli_fail("train: --lr-schedule must be cosine or constant (got '%s')", v);
-            continue;
-        }
-        if (cli_opt(argc, argv, &i, "--precision", &v)) {
-            a->bench_precisions = v;
-            if (strchr(v, ',')) continue; /* a list: --bench only (checked there) */
-            if (latent_precision_parse(v, &a->precision) != 0)
-                return cli_fail("train: --precision must be auto, f32 or bf16 (got '%s')", v);
-            continue;
-        }
-        if (cli_opt(argc, argv, &i, "--jacobi-tol", &v)) {
-            if (cli_parse_double(v, 0, 1e9, &a->jacobi_tol) != 0)
-                return cli_fail("train: --jacobi-tol must be a number >= 0 (got '%s')", v);
-            continue;
-        }
-        if (cli_opt(argc, argv, &i, "--save-dtype", &v)) {
-            if (latent_precision_parse(v, &a->save_dtype) != 0)
-                return cli_fail("train: --save-dtype must be auto, f32 or bf16 (got '%s')", v);
-            continue;
-        }
-        if (cli_opt(argc, argv, &i, "--mode", &v)) {
-            if (!strcmp(v, "plain")) a->mode = LATENT_TRAIN_PLAIN;
-            else if (!strcmp(v, "jacobi")) a->mode = LATENT_TRAIN_JACOBI;
-            else if (!strcmp(v, "lrt")) a->mode = LATENT_TRAIN_LRT;
-            else return cli_fail("train: --mode must be plain, jacobi or lrt (got '%s')", v);
-            continue;
-        }
-        return cli_fail("train: unknown option '%s' (see latent train --help)", argv[i]);
+        int rc = parse_number_opt(argc, argv, &i, a, &have_steps);
+        if (rc == NOT_MINE) rc = parse_other_opt(argc, argv, &i, a);
+        if (rc == NOT_MINE) return cli_fail("train: unknown option '%s' (see latent train --help)", argv[i]);
+        if (rc != 0) return rc;
     }
     if (a->bench && !have_steps) a->steps = 5;
     if (a->schedule_steps && a->schedule_steps < a->steps)
