@@ -1,9 +1,9 @@
 /* KV pages from a fixed pool, and the per-sequence state built on them. */
 #include "latent/kv.h"
 
-#include "hugemem.h"
-#include "kernels/kernels.h"
+#include "bf16.h"
 #include "fault.h"
+#include "hugemem.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -75,11 +75,11 @@ KERNEL void put_block(const latent_amx_ops *o, const amx_call *c, int r0, int ro
     static _Thread_local float buf[2][2][AMX_MAX_ROWS][16];
     for (int i = 0; i < 2 && 16 * i < rows; i++)
         for (int j = 0; j < 2; j++) o->store(2 * i + j, buf[i][j], 16 * sizeof(float));
-    void (*put)(float *, const float *, int, int) = PUT_ROW();
+    void (*put_sums)(float *, const float *, int, int) = PUT_ROW();
     for (int r = 0; r < rows; r++) {
         float *o = c->out + (size_t)(r0 + r) * c->ldo + c0;
-        put(o, buf[r / 16][0][r % 16], cols < 16 ? cols : 16, first);
-        if (cols > 16) put(o + 16, buf[r / 16][1][r % 16], cols - 16, first);
+        put_sums(o, buf[r / 16][0][r % 16], cols < 16 ? cols : 16, first);
+        if (cols > 16) put_sums(o + 16, buf[r / 16][1][r % 16], cols - 16, first);
     }
 }
 
@@ -185,7 +185,7 @@ static double check_bound(const uint16_t *xr, const uint16_t *panels, int row, i
 }
 
 int latent_gemm_amx_selfcheck(const latent_amx_ops *ops, latent_isa vec, double *worst) {
-    static _Thread_local float w[CHECK_N * CHECK_K], x[CHECK_K];
+    static _Thread_local float w[CHECK_N * CHECK_K], x[CHECK_M * CHECK_K];
     static _Thread_local uint16_t xb[CHECK_M * (CHECK_K + 1)];
     static _Thread_local float tiles[CHECK_M * CHECK_N], vector[CHECK_M * CHECK_N];
     int kp2 = (CHECK_K + 1) / 2 * 2, np;
@@ -193,12 +193,12 @@ int latent_gemm_amx_selfcheck(const latent_amx_ops *ops, latent_isa vec, double 
     uint16_t *panels;
     for (int i = 0; i < CHECK_N * CHECK_K; i++) w[i] = check_value(&s);
     if (latent_gemm_bf16_pack(&panels, &np, w, CHECK_N, CHECK_K) != 0) return -1;
-    for (int r = 0; r < CHECK_M; r++) { /* rounded by hand: latent_bf16_round_rows asks for the ISA, not set yet */
-        for (int i = 0; i < CHECK_K; i++) x[i] = check_value(&s) * (r + 1);
-        for (int i = 0; i < kp2; i++) xb[r * kp2 + i] = i < CHECK_K ? latent_f32_to_bf16(x[i]) : 0;
-    }
-    latent_gemm_bf16_run_on(vec, NULL, vector, CHECK_N, xb, CHECK_M, CHECK_N, CHECK_K, panels, 0, np, 0);
-    latent_gemm_bf16_run_on(vec, ops, tiles, CHECK_N, xb, CHECK_M, CHECK_N, CHECK_K, panels, 0, np, 0);
+    for (int r = 0; r < CHECK_M; r++)
+        for (int i = 0; i < CHECK_K; i++) x[r * CHECK_K + i] = check_value(&s) * (r + 1);
+    /* on the baseline level: the active one is not decided yet */
+    latent_bf16_round_rows_on(LATENT_ISA_GENERIC, xb, x, CHECK_K, 1, CHECK_M, CHECK_K);
+    latent_gemm_bf16_vec_run(vec, vector, CHECK_N, xb, CHECK_M, CHECK_N, CHECK_K, panels, 0, np, 0);
+    latent_gemm_amx_run(ops, tiles, CHECK_N, xb, CHECK_M, CHECK_N, CHECK_K, panels, 0, np, 0);
     *worst = 0;
     for (int r = 0; r < CHECK_M; r++)
         for (int j = 0; j < CHECK_N; j++) {

@@ -14,7 +14,11 @@
  * blocks of KB_PAIRS pairs; within a block one running F32 sum from zero in
  * k order; the blocks' sums are added to the output in k order. Nothing
  * depends on the number of rows, a row's place among them, or which thread
- * runs which panels (threads split panels, never K). */
+ * runs which panels (threads split panels, never K).
+ *
+ * The vector kernels here run on the level their caller names (the entry
+ * points, gemm_bf16_path.c, name the active one); packing goes through the
+ * shared packer of bf16_pack.c. */
 #include "kernels/kernels.h"
 #include "hugemem.h"
 
@@ -22,33 +26,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #define KB_PAIRS 128      /* k pairs per block: a 12-row bf16 X slice (6 KiB) and a panel slice (16 KiB) in L1 */
 #define MR_BF16 12        /* rows per micro-tile of the vdpbf16ps path */
 #define MR_F32EMU 8       /* ...of the AVX-512F path (four weight registers per pair) */
 
 size_t latent_gemm_bf16_bytes(int n_panels, int k) { return (size_t)n_panels * ((k + 1) / 2) * GEMM_PANEL * 2 * sizeof(uint16_t); }
 
-/* W (n, k) into panels, from F32 (wf, rounded) or from BF16 (wb, as is but
- * for NaNs, quietened as latent_f32_to_bf16 does): the same panels for the
- * same values either way. */
+/* W (n, k) row-major into fresh panels, from F32 (wf, rounded) or from BF16
+ * (wb): the shared packer (bf16_pack.c), one feature at a time. */
 static int pack_panels(uint16_t **out, int *n_panels, const float *wf, const uint16_t *wb, int n, int k) {
-    int np = (n + GEMM_PANEL - 1) / GEMM_PANEL, kp = (k + 1) / 2;
+    int np = (n + GEMM_PANEL - 1) / GEMM_PANEL;
     uint16_t *d = latent_huge_alloc(latent_gemm_bf16_bytes(np, k));
     if (!d) return -1;
-    for (int pn = 0; pn < np; pn++)
-        for (int q = 0; q < kp; q++) {
-            uint16_t *dst = d + ((size_t)pn * kp + q) * GEMM_PANEL * 2;
-            for (int j = 0; j < GEMM_PANEL; j++) {
-                int row = pn * GEMM_PANEL + j;
-                for (int h = 0; h < 2; h++) {
-                    int kk = 2 * q + h;
-                    size_t i = (size_t)row * k + kk;
-                    uint16_t v = 0;
-                    if (row < n && kk < k) v = wf ? latent_f32_to_bf16(wf[i]) : (wb[i] & 0x7fff) > 0x7f80 ? wb[i] | 0x40 : wb[i];
-                    dst[2 * j + h] = v;
-                }
-            }
-        }
+    latent_bf16_pack_panels_on(LATENT_ISA_GENERIC, d, wf, wb, (size_t)k, 1, n, k, 0, np);
     *out = d, *n_panels = np;
     return 0;
 }
@@ -68,62 +62,6 @@ void latent_gemm_bf16_free(uint16_t *panels, int n_panels, int k) {
 float latent_gemm_bf16_weight(const uint16_t *panels, int k, int row, int col) {
     int kp = (k + 1) / 2, pn = row / GEMM_PANEL, j = row % GEMM_PANEL;
     return latent_bf16_to_f32(panels[((size_t)pn * kp + col / 2) * GEMM_PANEL * 2 + 2 * j + col % 2]);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-/* 16 floats to bf16 in the low half of each 32-bit lane, exactly
- * latent_f32_to_bf16 (nearest even, NaN quietened). */
-__attribute__((target("avx512f,avx512bw"), always_inline)) static inline __m512i round16(__m512 f) {
-    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
-    __m512i u = _mm512_castps_si512(f);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(_mm512_srli_epi32(u, 16), one)), 16);
-    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(u, 16), quiet));
-}
-
-__attribute__((target("avx512f,avx512bw"))) static int round_row_avx512(uint16_t *d, const float *s, int k) {
-    int i = 0;
-    for (; i + 16 <= k; i += 16) _mm256_storeu_si256((__m256i *)(d + i), _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(s + i))));
-    return i;
-}
-
-/* Two rows rounded and interleaved: the 32-bit lane j holds a[j] (low half)
- * and b[j] (high half), which is a pair in memory order. */
-__attribute__((target("avx512f,avx512bw"))) static int pack_pairs_avx512(uint16_t *d, const float *a, const float *b, int n) {
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512i lo = round16(_mm512_loadu_ps(a + i));
-        __m512i hi = b ? _mm512_slli_epi32(round16(_mm512_loadu_ps(b + i)), 16) : _mm512_setzero_si512();
-        _mm512_storeu_si512((void *)(d + 2 * i), _mm512_or_si512(lo, hi));
-    }
-    return i;
-}
-#endif
-
-void latent_bf16_round_span(uint16_t *dst, const float *src, int n) {
-    int i = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (latent_isa_active() >= LATENT_ISA_AVX512) i = round_row_avx512(dst, src, n);
-#endif
-    for (; i < n; i++) dst[i] = latent_f32_to_bf16(src[i]);
-}
-
-void latent_bf16_pack_pairs(uint16_t *dst, const float *a, const float *b, int n) {
-    int i = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (latent_isa_active() >= LATENT_ISA_AVX512) i = pack_pairs_avx512(dst, a, b, n);
-#endif
-    for (; i < n; i++) dst[2 * i] = latent_f32_to_bf16(a[i]), dst[2 * i + 1] = b ? latent_f32_to_bf16(b[i]) : 0;
-}
-
-void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k) {
-    int kp2 = (k + 1) / 2 * 2;
-    for (int r = 0; r < m; r++) {
-        latent_bf16_round_span(dst + (size_t)r * kp2, x + (size_t)r * k, k);
-        if (kp2 > k) dst[(size_t)r * kp2 + k] = 0;
-    }
 }
 
 /* ---- generic: plain C over the same layout -------------------------------------------------- */
@@ -165,11 +103,11 @@ __attribute__((target("avx2,fma"))) static void avx2_block(float acc[GEMM_PANEL]
 #endif
 
 /* X in rows ([m][k/2][2]) or pair-major ([k/2][m][2]). */
-static void run_generic(int pair_major, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
+static void run_generic(latent_isa isa, int pair_major, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
                         const uint16_t *panels, int p0, int p1, int accumulate) {
     void (*block)(float *, const uint16_t *, int, const uint16_t *, int, int) = generic_block;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (latent_isa_active() >= LATENT_ISA_AVX2) block = avx2_block;
+    if (isa >= LATENT_ISA_AVX2) block = avx2_block;
 #endif
     int kp = (k + 1) / 2, ldq = pair_major ? 2 * m : 2;
     size_t row_step = pair_major ? 2 : (size_t)kp * 2;
@@ -188,9 +126,6 @@ static void run_generic(int pair_major, float *out, int ldo, const uint16_t *xb,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-
 /* Stores (first block) or adds a block's sums: the blocks' fixed order. */
 __attribute__((target("avx512f"), always_inline)) static inline void put(float *o, __m512 a0, __m512 a1, int cols,
                                                                          int first) {
@@ -304,12 +239,8 @@ static void run_tiles(const bf16_micro *micros, int mr_max, int pair_major, floa
 }
 #endif
 
-void latent_gemm_bf16_run_on(latent_isa isa, const struct latent_amx_ops *tiles, float *out, int ldo, const uint16_t *xb,
-                             int m, int n, int k, const uint16_t *panels, int p0, int p1, int acc) {
-    if (tiles) { /* the amx and amx-model paths: gemm_amx.c */
-        latent_gemm_amx_run(tiles, out, ldo, xb, m, n, k, panels, p0, p1, acc);
-        return;
-    }
+void latent_gemm_bf16_vec_run(latent_isa isa, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
+                              const uint16_t *panels, int p0, int p1, int acc) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (isa >= LATENT_ISA_AVX512BF16) {
         run_tiles(dp_micros, MR_BF16, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
@@ -320,35 +251,16 @@ void latent_gemm_bf16_run_on(latent_isa isa, const struct latent_amx_ops *tiles,
         return;
     }
 #endif
-    run_generic(0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
+    run_generic(isa, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
 }
 
-static void run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0, int p1,
-                int acc) {
-    latent_gemm_bf16_run_on(latent_isa_active(), latent_isa_tile_ops(), out, ldo, xb, m, n, k, panels, p0, p1, acc);
-}
-
-void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
-                          int p1) {
-    run(out, ldo, xb, m, n, k, panels, p0, p1, 0);
-}
-
-void latent_gemm_bf16_run_acc(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels,
-                              int p0, int p1) {
-    run(out, ldo, xb, m, n, k, panels, p0, p1, 1);
-}
-
-/* ---- pair-major X ---- */
-
-int latent_gemm_bf16_pair_major(void) { return latent_isa_active() >= LATENT_ISA_AVX512BF16 && !latent_isa_tile_ops(); }
-
-void latent_gemm_bf16_run_pm(float *out, int ldo, const uint16_t *xq, int m, int n, int k, const uint16_t *panels, int p0,
-                             int p1, int acc) {
+void latent_gemm_bf16_vec_run_pm(latent_isa isa, float *out, int ldo, const uint16_t *xq, int m, int n, int k,
+                                 const uint16_t *panels, int p0, int p1, int acc) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (latent_isa_active() >= LATENT_ISA_AVX512BF16) {
+    if (isa >= LATENT_ISA_AVX512BF16) {
         run_tiles(dpq_micros, MR_BF16, 1, out, ldo, xq, m, n, k, panels, p0, p1, acc);
         return;
     }
 #endif
-    run_generic(1, out, ldo, xq, m, n, k, panels, p0, p1, acc);
+    run_generic(isa, 1, out, ldo, xq, m, n, k, panels, p0, p1, acc);
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bf16.h"
 #include "latent/config.h"
 #include "latent/kv.h"
 
@@ -108,21 +109,7 @@ const struct latent_amx_ops *latent_isa_tile_ops(void);
  * (the products then run on avx512bf16). */
 int latent_isa_amx_check_failed(void);
 
-/* ---- bf16 numbers ---- */
-
-/* Round to nearest even; NaN stays NaN (quietened). */
-static inline uint16_t latent_f32_to_bf16(float f) {
-    uint32_t u;
-    __builtin_memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-static inline float latent_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    __builtin_memcpy(&f, &u, sizeof f);
-    return f;
-}
+/* ---- bf16 numbers (latent_f32_to_bf16, latent_bf16_to_f32: bf16.h) ---- */
 
 /* The first `cols` of 16 lanes (0..16 of them): the store mask of a
  * partial 16-feature vector (an __mmask16). */
@@ -157,17 +144,18 @@ int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, 
 int latent_gemm_bf16_pack_bf16(uint16_t **out, int *n_panels, const uint16_t *w, int n, int k);
 void latent_gemm_bf16_free(uint16_t *panels, int n_panels, int k);
 float latent_gemm_bf16_weight(const uint16_t *panels, int k, int row, int col);
-/* X (m, k) F32 -> bf16 rows of even length (k rounded up, padded with 0). */
-void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k);
-/* out[:, p0*32 .. min(p1*32, n)) = Xb (m, k) W^T for panels [p0, p1), Xb from
- * latent_bf16_round_rows; the path follows latent_isa_active(). */
+
+/* The bf16 products on the active path (gemm_bf16_path.c: the tiles of
+ * gemm_amx.c where latent_isa_tile_ops() gives them, else the vector kernels
+ * of gemm_bf16.c on latent_isa_active()).
+ * out[:, p0*32 .. min(p1*32, n)) = Xb (m, k) W^T for panels [p0, p1), Xb from
+ * latent_bf16_round_rows. */
 void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
                           int p1);
 /* The same added to out (the trainer's gradient products): out + each
  * block's sum, in k order. */
 void latent_gemm_bf16_run_acc(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels,
                               int p0, int p1);
-
 /* The same product with X pair-major, [k/2][m][2] (pair q of row r at
  * (q m + r) 2): the layout of a transposed operand packed two of its rows at
  * a time (the trainer's weight gradients, dY^T X). acc: add to out. The
@@ -180,9 +168,15 @@ void latent_gemm_bf16_run_pm(float *out, int ldo, const uint16_t *xq, int m, int
 int latent_gemm_bf16_pair_major(void);
 /* latent_gemm_bf16_run (acc 0) or _run_acc (1) on a path given here instead
  * of the active one: the vector kernels of level isa, or the tile kernel
- * through tiles when not NULL (the start-up self-check, tests). */
+ * through tiles when not NULL (tests). */
 void latent_gemm_bf16_run_on(latent_isa isa, const struct latent_amx_ops *tiles, float *out, int ldo, const uint16_t *xb,
                              int m, int n, int k, const uint16_t *panels, int p0, int p1, int acc);
+
+/* The vector kernels (gemm_bf16.c) on level isa: rows, and pair-major X. */
+void latent_gemm_bf16_vec_run(latent_isa isa, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
+                              const uint16_t *panels, int p0, int p1, int acc);
+void latent_gemm_bf16_vec_run_pm(latent_isa isa, float *out, int ldo, const uint16_t *xq, int m, int n, int k,
+                                 const uint16_t *panels, int p0, int p1, int acc);
 
 /* The tile kernel (gemm_amx.c): latent_gemm_bf16_run's product on AMX tiles
  * through ops (latent_amx_hw or latent_amx_model), with its own fixed
@@ -194,10 +188,31 @@ void latent_gemm_amx_run(const struct latent_amx_ops *ops, float *out, int ldo, 
  * element agrees within the bf16 products' F32 summation bound, else -1.
  * *worst: the largest difference as a fraction of that bound. */
 int latent_gemm_amx_selfcheck(const struct latent_amx_ops *ops, latent_isa vec, double *worst);
+
+/* ---- F32 to bf16 (bf16_pack.c): the one rounder and packer of the engine
+ * and the trainer, nearest even as latent_f32_to_bf16. The _on forms run on
+ * level isa (the self-check's, while the level is being decided); the others
+ * on latent_isa_active() (gemm_bf16_path.c). ---- */
+
 /* src (n) -> bf16; and two rows a, b (n) as pairs: dst[2j] = a[j], dst[2j+1]
- * = b[j] (b NULL: 0). Nearest even, as latent_f32_to_bf16. */
+ * = b[j] (b NULL: 0). */
 void latent_bf16_round_span(uint16_t *dst, const float *src, int n);
 void latent_bf16_pack_pairs(uint16_t *dst, const float *a, const float *b, int n);
+void latent_bf16_round_span_on(latent_isa isa, uint16_t *dst, const float *src, int n);
+void latent_bf16_pack_pairs_on(latent_isa isa, uint16_t *dst, const float *a, const float *b, int n);
+/* X (m, k) F32 -> bf16 rows of even length (k rounded up, padded with 0). */
+void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k);
+/* The same from A read as A[i rs + c cs] (row i, column c): cs == 1 row by
+ * row; otherwise (a transposed operand) in tiles of 32 of A's rows. */
+void latent_bf16_round_rows_on(latent_isa isa, uint16_t *dst, const float *a, size_t rs, size_t cs, int m, int k);
+/* Panels [p0, p1) of W (n, k), W[r][c] = w[r rs + c cs], zero padded, into d
+ * (latent_gemm_bf16_bytes of all of them). rs == 1: pairs of contiguous
+ * source rows interleaved 16 at a time; otherwise one feature at a time. */
+void latent_bf16_pack_panels(uint16_t *d, const float *w, size_t rs, size_t cs, int n, int k, int p0, int p1);
+/* The same from F32 (wf, rounded) or, when wf is NULL, from BF16 (wb: as is,
+ * NaN quietened): the same panels for the same values. */
+void latent_bf16_pack_panels_on(latent_isa isa, uint16_t *d, const float *wf, const uint16_t *wb, size_t rs, size_t cs,
+                                int n, int k, int p0, int p1);
 
 /* ---- attention ---- */
 
