@@ -4,111 +4,93 @@
  * this CPU's best path: vdpbf16ps where the CPU has AVX512-BF16). Weights
  * are packed once per step and orientation (latent_tr_weight_panels), an
  * input once for all the products that read it (latent_tr_round_input), a
- * weight gradient's transposed dY pair-major, straight from dY's rows. */
-#include "train/train_ops.h"
+ * weight gradient's transposed dY pair-major, straight from dY's rows. The
+ * rounding and packing are the kernels' own (bf16_pack.c); what is kept
+ * between calls lives in the trainer's tr_gemm (train_gemm.h). */
+#include "train/train_gemm.h"
 
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "kernels/kernels.h"
 #include "latent/threads.h"
+#include "train/train_rows.h"
 
-static int tr_bf16;
+static int n_panels(int N) { return (N + GEMM_PANEL - 1) / GEMM_PANEL; }
+static size_t rows_bytes(int M, int K) { return (size_t)M * ((K + 1) / 2 * 2) * sizeof(uint16_t); }
 
-void latent_tr_set_bf16(int on) { tr_bf16 = on; }
-int latent_tr_bf16(void) { return tr_bf16; }
+/* ---- buffers ------------------------------------------------------------ */
 
-/* W (N, K) with W[n][k] = src[n * rs + k * cs], as bf16 panels
- * [N/32][K/2][32][2] (gemm_bf16.c's layout), zero padded; panels [p0, p1).
- * rs == 1: a k pair is two contiguous source rows, interleaved 16 at a time.
- * Otherwise one feature at a time, reading its k run in order (contiguous
- * for a weight read forward, cs == 1): weights are packed once per step. */
-static void pack_panel_range(uint16_t *d, const float *src, size_t rs, size_t cs, int N, int K, int p0, int p1) {
-    int kp = (K + 1) / 2;
-    for (int pn = p0; pn < p1; pn++) {
-        uint16_t *panel = d + (size_t)pn * kp * GEMM_PANEL * 2;
-        int row0 = pn * GEMM_PANEL, cols = N - row0 < GEMM_PANEL ? N - row0 : GEMM_PANEL;
-        if (rs == 1) {
-            for (int q = 0; q < kp; q++)
-                latent_bf16_pack_pairs(panel + (size_t)q * GEMM_PANEL * 2, src + (size_t)row0 + (size_t)(2 * q) * cs,
-                                       2 * q + 1 < K ? src + (size_t)row0 + (size_t)(2 * q + 1) * cs : NULL, cols);
-        } else {
-            for (int j = 0; j < cols; j++) {
-                const float *feature = src + (size_t)(row0 + j) * rs;
-                for (int kk = 0; kk < 2 * kp; kk++)
-                    panel[((size_t)(kk / 2) * GEMM_PANEL + j) * 2 + kk % 2] =
-                        kk < K ? latent_f32_to_bf16(feature[(size_t)kk * cs]) : 0;
-            }
-        }
-        if (cols < GEMM_PANEL)
-            for (int q = 0; q < kp; q++)
-                memset(panel + ((size_t)q * GEMM_PANEL + cols) * 2, 0, (size_t)(GEMM_PANEL - cols) * 2 * sizeof *panel);
+/* b with at least `need` bytes at b->p (contents not kept); NULL when out of memory. */
+static void *buf_grow(tr_buf *b, size_t need) {
+    if (need <= b->cap) return b->p;
+    void *raw = latent_step_realloc(b->raw, need + 63);
+    if (!raw) return NULL;
+    b->raw = raw;
+    b->p = (void *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    b->cap = need;
+    return b->p;
+}
+
+static void buf_free(tr_buf *b) {
+    free(b->raw);
+    *b = (tr_buf){0};
+}
+
+void latent_tr_gemm_init(tr_gemm *g, int bf16) { *g = (tr_gemm){.bf16 = bf16, .epoch = 1}; }
+
+void latent_tr_gemm_free(tr_gemm *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_slots; i++) buf_free(&g->slots[i].panels);
+    for (int i = 0; i < g->n_task; i++) buf_free(&g->task[i]);
+    free(g->slots), free(g->task);
+    buf_free(&g->panels), buf_free(&g->xb);
+    latent_tr_gemm_init(g, g->bf16);
+}
+
+/* Out of memory: every product from here to the step's end is skipped. */
+static void *fail(tr_gemm *g) {
+    g->failed = 1;
+    return NULL;
+}
+
+void latent_tr_gemm_step_begin(tr_gemm *g) { g->epoch++, g->step_open = 1, g->failed = 0; }
+
+int latent_tr_gemm_step_end(tr_gemm *g) {
+    g->step_open = 0;
+    return g->failed ? -1 : 0;
+}
+
+int latent_tr_gemm_reserve(tr_gemm *g, int n_tasks, size_t bytes) {
+    if (!latent_tr_gemm_bf16(g)) return 0;
+    if (n_tasks > g->n_task) {
+        tr_buf *grown = latent_step_realloc(g->task, (size_t)n_tasks * sizeof *grown);
+        if (!grown) return fail(g), -1;
+        memset(grown + g->n_task, 0, (size_t)(n_tasks - g->n_task) * sizeof *grown);
+        g->task = grown, g->n_task = n_tasks;
     }
+    for (int i = 0; i < n_tasks; i++)
+        if (!buf_grow(&g->task[i], bytes)) return fail(g), -1;
+    return 0;
 }
 
-/* op(A) (M, K) as bf16 rows of even length. A transposed operand (cs > 1:
- * the weight gradient's dY^T) is read in tiles of 32 of its rows, which
- * stay in cache while every output row takes its 32 values from them (the
- * path of CPUs without AVX512-BF16; with it, latent_tr_gemm_b packs such an
- * operand pair-major instead). */
-static void round_rows(uint16_t *xb, const float *A, size_t rs, size_t cs, int M, int K) {
-    int kp2 = (K + 1) / 2 * 2;
-    if (cs == 1) {
-        for (int i = 0; i < M; i++) latent_bf16_round_span(xb + (size_t)i * kp2, A + (size_t)i * rs, K);
-    } else {
-        for (int k0 = 0; k0 < K; k0 += 32) {
-            int k1 = k0 + 32 < K ? k0 + 32 : K;
-            for (int i = 0; i < M; i++) {
-                uint16_t *o = xb + (size_t)i * kp2;
-                for (int k = k0; k < k1; k++) o[k] = latent_f32_to_bf16(A[(size_t)k * cs + i]);
-            }
-        }
-    }
-    if (kp2 > K)
-        for (int i = 0; i < M; i++) xb[(size_t)i * kp2 + K] = 0;
+size_t latent_tr_gemm_b_scratch(int M, int K) { return rows_bytes(M, K); }
+
+/* the panels first: their size keeps the rounded rows 64-byte aligned */
+size_t latent_tr_gemm_scratch(int M, int N, int K) { return latent_gemm_bf16_bytes(n_panels(N), K) + rows_bytes(M, K); }
+
+/* Task `task`'s scratch, of at least `need` bytes: reserved before the
+ * parallel section, so a task never allocates (and never shares it). */
+static void *task_scratch(const tr_gemm *g, int task, size_t need) {
+    if (task < 0 || task >= g->n_task || g->task[task].cap < need) abort(); /* latent_tr_gemm_reserve not called */
+    return g->task[task].p;
 }
 
-/* A^T (M, K) for A stored (K, M) with row stride lda, pair-major: pair q of
- * row i at (q M + i) 2, two of A's rows interleaved at a time. */
-static void pack_pair_major(uint16_t *xq, const float *A, int lda, int M, int K) {
-    for (int q = 0; q < (K + 1) / 2; q++)
-        latent_bf16_pack_pairs(xq + (size_t)q * M * 2, A + (size_t)(2 * q) * lda,
-                               2 * q + 1 < K ? A + (size_t)(2 * q + 1) * lda : NULL, M);
-}
+/* ---- packing ------------------------------------------------------------ */
 
-/* Grow-only buffers per thread: a step makes hundreds of these calls, and
- * fresh large allocations would each be new pages for the kernel to zero. */
-static _Thread_local uint16_t *tl_xb;
-static _Thread_local size_t tl_xb_cap;
-
-static void *grow(void **p, size_t *cap, size_t need) {
-    if (need <= *cap) return *p;
-    void *q = realloc(*p, need);
-    if (!q) return NULL;
-    *p = q, *cap = need;
-    return q;
-}
-
-/* 64-byte aligned (the kernels load panels with aligned loads), grow-only. */
-static uint16_t *grow_panels(uint16_t **p, size_t *cap, size_t need) {
-    if (need <= *cap) return *p;
-    uint16_t *q = aligned_alloc(64, (need + 63) / 64 * 64);
-    if (!q) return NULL;
-    free(*p);
-    *p = q, *cap = need;
-    return q;
-}
-
-static _Thread_local uint16_t *tl_panels;
-static _Thread_local size_t tl_panels_cap;
-
-/* W = op(B)^T (W[n][k] = op(B)[k][n]) into panels of at least the needed size. */
-static void pack_b(uint16_t *panels, int tb, const float *B, int ldb, int N, int K) {
-    pack_panel_range(panels, B, tb ? (size_t)ldb : 1, tb ? 1 : (size_t)ldb, N, K, 0, (N + GEMM_PANEL - 1) / GEMM_PANEL);
-}
-
-/* Packing over the engine threads, one panel per task. */
+/* W = op(B)^T (W[n][k] = op(B)[k][n]) over the engine threads, one panel per task. */
 typedef struct {
     uint16_t *d;
     const float *src;
@@ -118,80 +100,54 @@ typedef struct {
 
 static void pack_task(void *ctx, int pn) {
     const pack_job *j = ctx;
-    pack_panel_range(j->d, j->src, j->rs, j->cs, j->N, j->K, pn, pn + 1);
+    latent_bf16_pack_panels(j->d, j->src, j->rs, j->cs, j->N, j->K, pn, pn + 1);
 }
 
 static void pack_b_parallel(uint16_t *panels, int tb, const float *B, int ldb, int N, int K) {
     pack_job j = {panels, B, tb ? (size_t)ldb : 1, tb ? 1 : (size_t)ldb, N, K};
-    latent_parallel_for(pack_task, &j, (N + GEMM_PANEL - 1) / GEMM_PANEL);
+    latent_parallel_for(pack_task, &j, n_panels(N));
 }
 
-static uint16_t *shared_panels;
-static size_t shared_panels_cap;
-
-const uint16_t *latent_tr_pack_b(int tb, const float *B, int ldb, int N, int K) {
-    int np = (N + GEMM_PANEL - 1) / GEMM_PANEL;
-    uint16_t *panels = grow_panels(&shared_panels, &shared_panels_cap, latent_gemm_bf16_bytes(np, K));
-    if (panels) pack_b_parallel(panels, tb, B, ldb, N, K);
+const uint16_t *latent_tr_pack_b(tr_gemm *g, int tb, const float *B, int ldb, int N, int K) {
+    uint16_t *panels = buf_grow(&g->panels, latent_gemm_bf16_bytes(n_panels(N), K));
+    if (!panels) return fail(g);
+    pack_b_parallel(panels, tb, B, ldb, N, K);
     return panels;
 }
 
 /* ---- weights packed once per step ---------------------------------------
  * A weight is read by every pass over its block (T2MLR's middle blocks once
  * per Jacobi iteration) and by its input-gradient product, but changes only
- * in the optimizer, between steps. Inside latent_tr_step_begin/end its panels
- * (one set per orientation) are packed at the first use and reused; outside
- * a step every call packs again, so a weight changed by hand is never read
- * stale. Each weight and orientation has its own slot, grow-only until
- * latent_tr_release_weight_panels (latent_trainer_free): one bf16 copy per
- * orientation, together the size of the F32 weights. */
-typedef struct {
-    const float *w;
-    int tb, ld, N, K;
-    unsigned epoch;
-    uint16_t *panels;
-    size_t cap;
-} weight_slot;
+ * in the optimizer, between steps. Inside a step its panels (one set per
+ * orientation) are packed at the first use and reused; outside a step every
+ * call packs again. Each weight and orientation has its own slot, grow-only
+ * until the trainer is freed: one bf16 copy per orientation, together the
+ * size of the F32 weights. */
 
-static weight_slot *weight_slots;
-static int n_weight_slots, cap_weight_slots;
-static unsigned step_epoch = 1;
-static int step_open;
-
-void latent_tr_step_begin(void) { step_epoch++, step_open = 1; }
-void latent_tr_step_end(void) { step_open = 0; }
-
-void latent_tr_release_weight_panels(void) {
-    for (int i = 0; i < n_weight_slots; i++) free(weight_slots[i].panels);
-    free(weight_slots);
-    weight_slots = NULL, n_weight_slots = cap_weight_slots = 0;
-}
-
-static weight_slot *slot_for(const float *w, int tb, int ld, int N, int K) {
-    for (int i = 0; i < n_weight_slots; i++) {
-        weight_slot *e = &weight_slots[i];
+static tr_weight_slot *slot_for(tr_gemm *g, const float *w, int tb, int ld, int N, int K) {
+    for (int i = 0; i < g->n_slots; i++) {
+        tr_weight_slot *e = &g->slots[i];
         if (e->w == w && e->tb == tb && e->ld == ld && e->N == N && e->K == K) return e;
     }
-    if (n_weight_slots == cap_weight_slots) {
-        int cap = cap_weight_slots ? 2 * cap_weight_slots : 64;
-        weight_slot *grown = realloc(weight_slots, (size_t)cap * sizeof *grown);
+    if (g->n_slots == g->cap_slots) {
+        int cap = g->cap_slots ? 2 * g->cap_slots : 64;
+        tr_weight_slot *grown = latent_step_realloc(g->slots, (size_t)cap * sizeof *grown);
         if (!grown) return NULL;
-        weight_slots = grown, cap_weight_slots = cap;
+        g->slots = grown, g->cap_slots = cap;
     }
-    weight_slot *e = &weight_slots[n_weight_slots++];
-    *e = (weight_slot){.w = w, .tb = tb, .ld = ld, .N = N, .K = K};
+    tr_weight_slot *e = &g->slots[g->n_slots++];
+    *e = (tr_weight_slot){.w = w, .tb = tb, .ld = ld, .N = N, .K = K};
     return e;
 }
 
-const uint16_t *latent_tr_weight_panels(int tb, const float *B, int ldb, int N, int K) {
-    weight_slot *e = slot_for(B, tb, ldb, N, K);
-    if (!e) return NULL;
-    if (step_open && e->epoch == step_epoch) return e->panels;
-    int np = (N + GEMM_PANEL - 1) / GEMM_PANEL;
-    if (!grow_panels(&e->panels, &e->cap, latent_gemm_bf16_bytes(np, K))) return NULL;
-    pack_b_parallel(e->panels, tb, B, ldb, N, K);
-    e->epoch = step_open ? step_epoch : 0;
-    return e->panels;
+const uint16_t *latent_tr_weight_panels(tr_gemm *g, int tb, const float *B, int ldb, int N, int K) {
+    tr_weight_slot *e = slot_for(g, B, tb, ldb, N, K);
+    if (!e) return fail(g);
+    if (g->step_open && e->epoch == g->epoch) return e->panels.p;
+    if (!buf_grow(&e->panels, latent_gemm_bf16_bytes(n_panels(N), K))) return fail(g);
+    pack_b_parallel(e->panels.p, tb, B, ldb, N, K);
+    e->epoch = g->step_open ? g->epoch : 0;
+    return e->panels.p;
 }
 
 /* ---- an input rounded once for every product that reads it ---- */
@@ -204,55 +160,58 @@ typedef struct {
 
 static void round_task(void *ctx, int r0, int r1) {
     const round_job *j = ctx;
-    round_rows(j->xb + (size_t)r0 * ((j->K + 1) / 2 * 2), j->x + (size_t)r0 * j->K, (size_t)j->K, 1, r1 - r0, j->K);
+    latent_bf16_round_rows(j->xb + (size_t)r0 * ((j->K + 1) / 2 * 2), j->x + (size_t)r0 * j->K, r1 - r0, j->K);
 }
 
-static uint16_t *shared_xb;
-static size_t shared_xb_cap;
-
-const uint16_t *latent_tr_round_input(const float *x, int M, int K) {
-    uint16_t *xb = grow((void **)&shared_xb, &shared_xb_cap, (size_t)M * ((K + 1) / 2 * 2) * sizeof(uint16_t));
-    if (!xb) return NULL;
+const uint16_t *latent_tr_round_input(tr_gemm *g, const float *x, int M, int K) {
+    uint16_t *xb = buf_grow(&g->xb, rows_bytes(M, K));
+    if (!xb) return fail(g);
     round_job j = {xb, x, K};
     latent_tr_par_rows(round_task, &j, M);
     return xb;
 }
 
+/* ---- products ----------------------------------------------------------- */
+
 void latent_tr_gemm_rounded(const uint16_t *xb, int M, int N, int K, const uint16_t *panels, float *C, int ldc) {
-    latent_gemm_bf16_run(C, ldc, xb, M, N, K, panels, 0, (N + GEMM_PANEL - 1) / GEMM_PANEL);
+    latent_gemm_bf16_run(C, ldc, xb, M, N, K, panels, 0, n_panels(N));
 }
 
-int latent_tr_gemm_b(int ta, int M, int N, int K, const float *A, int lda, const uint16_t *panels, int accumulate,
-                     float *C, int ldc) {
-    int np = (N + GEMM_PANEL - 1) / GEMM_PANEL, kp2 = (K + 1) / 2 * 2;
-    uint16_t *xb = grow((void **)&tl_xb, &tl_xb_cap, (size_t)M * kp2 * sizeof(uint16_t));
-    if (!xb) return -1;
+/* op(A)'s rows into xb (pair-major when the kernel wants a transposed A so),
+ * then the product. A^T pair-major: pair q of row i at (q M + i) 2, two of
+ * A's rows interleaved at a time. */
+static void gemm_b_into(uint16_t *xb, int ta, int M, int N, int K, const float *A, int lda, const uint16_t *panels,
+                        int accumulate, float *C, int ldc) {
+    int np = n_panels(N);
     if (ta && latent_gemm_bf16_pair_major()) {
-        pack_pair_major(xb, A, lda, M, K);
+        for (int q = 0; q < (K + 1) / 2; q++)
+            latent_bf16_pack_pairs(xb + (size_t)q * M * 2, A + (size_t)(2 * q) * lda,
+                                   2 * q + 1 < K ? A + (size_t)(2 * q + 1) * lda : NULL, M);
         latent_gemm_bf16_run_pm(C, ldc, xb, M, N, K, panels, 0, np, accumulate);
-        return 0;
+        return;
     }
-    round_rows(xb, A, ta ? 1 : (size_t)lda, ta ? (size_t)lda : 1, M, K);
+    latent_bf16_round_rows_on(latent_isa_active(), xb, A, ta ? 1 : (size_t)lda, ta ? (size_t)lda : 1, M, K);
     if (accumulate) latent_gemm_bf16_run_acc(C, ldc, xb, M, N, K, panels, 0, np);
     else latent_gemm_bf16_run(C, ldc, xb, M, N, K, panels, 0, np);
-    return 0;
 }
 
-/* C (M, N) = op(A) op(B) (+ C when accumulate), bf16 operands, F32 sums. */
-static int gemm_bf16(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-                     int accumulate, float *C, int ldc) {
-    int np = (N + GEMM_PANEL - 1) / GEMM_PANEL;
-    uint16_t *panels = grow_panels(&tl_panels, &tl_panels_cap, latent_gemm_bf16_bytes(np, K));
-    if (!panels) return -1;
-    pack_b(panels, tb, B, ldb, N, K);
-    return latent_tr_gemm_b(ta, M, N, K, A, lda, panels, accumulate, C, ldc);
+void latent_tr_gemm_b(tr_gemm *g, int task, int ta, int M, int N, int K, const float *A, int lda,
+                      const uint16_t *panels, int accumulate, float *C, int ldc) {
+    if (g->failed || M <= 0 || N <= 0) return;
+    gemm_b_into(task_scratch(g, task, rows_bytes(M, K)), ta, M, N, K, A, lda, panels, accumulate, C, ldc);
 }
 
-void latent_tr_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-                    int accumulate, float *C, int ldc) {
+void latent_tr_gemm(tr_gemm *g, int task, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+                    int ldb, int accumulate, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
-    /* out of memory for the packed operands: the F32 product instead */
-    if (tr_bf16 && gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc) == 0) return;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda,
-                B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+    if (!g || !g->bf16) {
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A,
+                    lda, B, ldb, accumulate ? 1.0f : 0.0f, C, ldc);
+        return;
+    }
+    if (g->failed) return;
+    size_t pb = latent_gemm_bf16_bytes(n_panels(N), K);
+    uint16_t *panels = task_scratch(g, task, latent_tr_gemm_scratch(M, N, K));
+    latent_bf16_pack_panels(panels, B, tb ? (size_t)ldb : 1, tb ? 1 : (size_t)ldb, N, K, 0, n_panels(N));
+    gemm_b_into(panels + pb / sizeof *panels, ta, M, N, K, A, lda, panels, accumulate, C, ldc);
 }

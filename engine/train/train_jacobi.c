@@ -49,7 +49,7 @@ static int jacobi_full_pass(latent_trainer *t, chain *ch, const float *X, int k,
     const latent_t2mlr_config *tc = &t->c->t2mlr;
     int ls = tc->l_start, le = tc->l_end, N = t->N, d = t->c->d;
     const float *Rp = jacobi_R(t, k - 1);
-    latent_tr_t2mlr_fuse_forward(ch->in, &ch->fuse, X, Rp, fw, t->flow, N, d);
+    latent_tr_t2mlr_fuse_forward(&t->gemm, ch->in, &ch->fuse, X, Rp, fw, t->flow, N, d);
     for (int l = ls; l <= le; l++) latent_trm_blk_forward(t, l, &ch->b[l - ls], ch);
     latent_tr_t2mlr_update_forward(t->M, ch->f, ch->out, Rp, t->flow, tc->cache_residual, tc->cache_norm_clamp,
                                    tc->cache_norm_eps, N, d);
@@ -114,7 +114,7 @@ static void jacobi_suffix_pass(latent_trainer *t, const float *X, int k, int fro
     latent_trm_gather(xs, X, t->sfx_glob, n, d);
     latent_trm_gather(rs, jacobi_R(t, k - 1), t->sfx_glob, n, d);
     const uint8_t *flow = jacobi_suffix_flow(t, n);
-    latent_tr_t2mlr_fuse_forward(sc.in, &sc.fuse, xs, rs, fw, flow, n, d);
+    latent_tr_t2mlr_fuse_forward(&t->gemm, sc.in, &sc.fuse, xs, rs, fw, flow, n, d);
     for (int l = ls; l <= le; l++) {
         blk *A = &sc.b[l - ls];
         float *K = t->kmid + (size_t)(l - ls) * t->N * kvd, *V = t->vmid + (size_t)(l - ls) * t->N * kvd;
@@ -195,7 +195,7 @@ double latent_trm_jacobi_step(latent_trainer *t, latent_weights *g) {
 
     /* 3. final pass: blocks l_start..L-1 on Phi(X, R^(D-1)), loss. */
     chain *F = &t->fin;
-    latent_tr_t2mlr_fuse_forward(F->in, &F->fuse, X, jacobi_R(t, D - 1), fw, t->flow, N, d);
+    latent_tr_t2mlr_fuse_forward(&t->gemm, F->in, &F->fuse, X, jacobi_R(t, D - 1), fw, t->flow, N, d);
     for (int l = ls; l < L; l++) latent_trm_blk_forward(t, l, &F->b[l - ls], F);
     latent_trm_head_forward(t, &t->hfin, F->out, N);
     double loss = latent_trm_head_loss(t, &t->hfin, 0, t->tgt, t->mask, N, 1.0, g != NULL);
@@ -210,7 +210,7 @@ double latent_trm_jacobi_step(latent_trainer *t, latent_weights *g) {
      * for j = 0 when B >= D (R^(0) not detached). */
     int grad_from_A = t->s.jacobi_grad_iters >= D;
 #define R_LIVE(j) ((j) >= 1 ? (j) >= D - G : grad_from_A)
-    latent_tr_t2mlr_fuse_backward(t->dX, R_LIVE(D - 1) ? t->dR : NULL, fg, t->dres, &F->fuse, X, jacobi_R(t, D - 1), fw,
+    latent_tr_t2mlr_fuse_backward(&t->gemm, t->dX, R_LIVE(D - 1) ? t->dR : NULL, fg, t->dres, &F->fuse, X, jacobi_R(t, D - 1), fw,
                            t->flow, t->fscr, N, d);
     for (int k = D - 1; k >= D - G && k >= 1; k--) {
         chain *ch = &t->mid[k % t->G];
@@ -223,7 +223,7 @@ double latent_trm_jacobi_step(latent_trainer *t, latent_weights *g) {
         memset(t->dR2, 0, nd * sizeof(float));
         latent_tr_t2mlr_update_backward(t->dres, live ? t->dR2 : NULL, t->dM, ch->f, N, d);
         for (int l = le; l >= ls; l--) latent_trm_blk_backward(t, l, &ch->b[l - ls], ch, g);
-        latent_tr_t2mlr_fuse_backward(t->dX, live ? t->dR2 : NULL, fg, t->dres, &ch->fuse, X, jacobi_R(t, k - 1), fw,
+        latent_tr_t2mlr_fuse_backward(&t->gemm, t->dX, live ? t->dR2 : NULL, fg, t->dres, &ch->fuse, X, jacobi_R(t, k - 1), fw,
                                t->flow, t->fscr, N, d);
         float *sw = t->dR;
         t->dR = t->dR2, t->dR2 = sw;

@@ -179,6 +179,7 @@ latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_sha
     latent_trainer *t = calloc(1, sizeof *t);
     if (!t) goto oom;
     t->m = m, t->c = c, t->s = *s;
+    latent_tr_gemm_init(&t->gemm, s->bf16);
     t->B = s->batch, t->T = s->seq, t->N = s->batch * s->seq;
     int L = c->n_layers, n_blks = 0;
     if (s->mode == LATENT_TRAIN_PLAIN) {
@@ -273,7 +274,7 @@ oom:
 
 void latent_trainer_free(latent_trainer *t) {
     if (!t) return;
-    latent_tr_release_weight_panels(); /* keyed by weight address: stale once this model goes */
+    latent_tr_gemm_free(&t->gemm);
     for (int k = 0; k < t->S; k++) {
         if (t->sub_pos) free(t->sub_pos[k]);
         if (t->sub_qpos) free(t->sub_qpos[k]);
@@ -306,9 +307,9 @@ void latent_trm_blk_fwd_qkv(latent_trainer *t, int l, blk *A, const chain *ch) {
     float *qkv[3] = {A->q, kvi ? A->kl : A->k, kvi ? A->vl : A->v};
     const float *wqkv[3] = {L->wq, L->wk, L->wv};
     int dims[3] = {qd, kvd, kvd};
-    latent_tr_linear_forward_multi(qkv, A->a, wqkv, dims, 3, n, d);
+    latent_tr_linear_forward_multi(&t->gemm, qkv, A->a, wqkv, dims, 3, n, d);
     if (kvi)
-        latent_tr_lrt_kv_forward(A->k, A->v, A->gate, A->mk, A->mv, A->kl, A->vl, A->a, ch->mem, L->lrt_gate, L->lrt_k,
+        latent_tr_lrt_kv_forward(&t->gemm, A->k, A->v, A->gate, A->mk, A->mv, A->kl, A->vl, A->a, ch->mem, L->lrt_gate, L->lrt_k,
                           L->lrt_v, n, d, c->n_kv_heads, c->head_dim);
     latent_tr_rope_forward(A->q, ch->pos, t->rope_cos, t->rope_sin, n, c->n_heads, c->head_dim);
     latent_tr_rope_forward(A->k, ch->pos, t->rope_cos, t->rope_sin, n, c->n_kv_heads, c->head_dim);
@@ -320,15 +321,15 @@ void latent_trm_blk_fwd_out(latent_trainer *t, int l, blk *A, const chain *ch) {
     const latent_layer *L = &t->m->w.layers[l];
     int n = ch->n, d = c->d, qd = latent_config_q_dim(c);
     size_t nd = (size_t)n * d, nf = (size_t)n * c->ffn;
-    latent_tr_linear_forward(t->tmp, A->o, L->wo, NULL, n, qd, d);
+    latent_tr_linear_forward(&t->gemm, t->tmp, A->o, L->wo, NULL, n, qd, d);
     latent_tr_residual_forward(A->x2, A->xi, t->tmp, nd);
     latent_tr_rmsnorm_forward(A->mn, A->rs2, A->x2, L->mlp_norm, n, d, c->rms_eps);
     float *gu[2] = {A->hg, A->hu};
     const float *wgu[2] = {L->wg, L->wu};
     int dims[2] = {c->ffn, c->ffn};
-    latent_tr_linear_forward_multi(gu, A->mn, wgu, dims, 2, n, d);
+    latent_tr_linear_forward_multi(&t->gemm, gu, A->mn, wgu, dims, 2, n, d);
     latent_tr_swiglu_forward(A->hs, A->hg, A->hu, nf);
-    latent_tr_linear_forward(t->tmp, A->hs, L->wd, NULL, n, c->ffn, d);
+    latent_tr_linear_forward(&t->gemm, t->tmp, A->hs, L->wd, NULL, n, c->ffn, d);
     latent_tr_residual_forward(A->out, A->x2, t->tmp, nd);
 }
 
@@ -351,7 +352,7 @@ static void blk_bwd_out(latent_trainer *t, int l, const blk *A, const chain *ch,
     size_t nf = (size_t)n * f;
     /* out = x2 + hs Wd^T, hs = silu(hg) * hu */
     memset(t->dhs, 0, nf * sizeof(float));
-    latent_tr_linear_backward(t->dhs, G->wd, NULL, t->dres, A->hs, L->wd, n, f, d);
+    latent_tr_linear_backward(&t->gemm, t->dhs, G->wd, NULL, t->dres, A->hs, L->wd, n, f, d);
     memset(t->dhg, 0, nf * sizeof(float));
     memset(t->dhu, 0, nf * sizeof(float));
     latent_tr_swiglu_backward(t->dhg, t->dhu, t->dhs, A->hg, A->hu, nf);
@@ -360,12 +361,12 @@ static void blk_bwd_out(latent_trainer *t, int l, const blk *A, const chain *ch,
     float *dgu[2] = {G->wg, G->wu};
     const float *gdu[2] = {t->dhg, t->dhu}, *wgu[2] = {L->wg, L->wu};
     int dims[2] = {f, f};
-    latent_tr_linear_backward_multi(t->da, dgu, gdu, A->mn, wgu, dims, 2, n, d);
+    latent_tr_linear_backward_multi(&t->gemm, t->da, dgu, gdu, A->mn, wgu, dims, 2, n, d);
     /* mn = RMSNorm(x2): dres becomes d x2 */
     latent_tr_rmsnorm_backward(t->dres, G->mlp_norm, t->da, A->x2, A->rs2, L->mlp_norm, n, d);
     /* x2 = xi + o Wo^T */
     memset(t->dO, 0, (size_t)n * qd * sizeof(float));
-    latent_tr_linear_backward(t->dO, G->wo, NULL, t->dres, A->o, L->wo, n, qd, d);
+    latent_tr_linear_backward(&t->gemm, t->dO, G->wo, NULL, t->dres, A->o, L->wo, n, qd, d);
 }
 
 /* From dq, dk, dv (after RoPE; written in place) and the residual gradient
@@ -386,7 +387,7 @@ static void blk_bwd_qkv(latent_trainer *t, int l, const blk *A, const chain *ch,
         /* k = g_loc kl + g_fb (m K^T) per kv head (likewise v) */
         memset(t->dkl, 0, (size_t)n * kvd * sizeof(float));
         memset(t->dvl, 0, (size_t)n * kvd * sizeof(float));
-        latent_tr_lrt_kv_backward(t->dkl, t->dvl, t->da, ch->mem ? dmem : NULL, G->lrt_gate, G->lrt_k, G->lrt_v, dk, dv,
+        latent_tr_lrt_kv_backward(&t->gemm, t->dkl, t->dvl, t->da, ch->mem ? dmem : NULL, G->lrt_gate, G->lrt_k, G->lrt_v, dk, dv,
                            A->gate, A->mk, A->mv, A->kl, A->vl, A->a, ch->mem, L->lrt_gate, L->lrt_k, L->lrt_v,
                            t->kvscr, n, d, c->n_kv_heads, c->head_dim);
         gk = t->dkl, gv = t->dvl;
@@ -395,7 +396,7 @@ static void blk_bwd_qkv(latent_trainer *t, int l, const blk *A, const chain *ch,
     float *dw[3] = {G->wq, G->wk, G->wv};
     const float *gs[3] = {dq, gk, gv}, *ws[3] = {L->wq, L->wk, L->wv};
     int dims[3] = {qd, kvd, kvd};
-    latent_tr_linear_backward_multi(t->da, dw, gs, A->a, ws, dims, 3, n, d);
+    latent_tr_linear_backward_multi(&t->gemm, t->da, dw, gs, A->a, ws, dims, 3, n, d);
     /* a = RMSNorm(xi): dres (already the residual path's d xi) += */
     latent_tr_rmsnorm_backward(t->dres, G->attn_norm, t->da, A->xi, A->rs1, L->attn_norm, n, d);
     if (A->inject && c->lrt.residual_injection) {
@@ -431,10 +432,7 @@ void latent_trm_head_forward(latent_trainer *t, head *h, const float *x, int n) 
      * and with them in bf16 the default recipe's loss strayed further from
      * F32 (2.65% against 1.98%) for no measured speed-up
      * (clients/bf16_curve.sh; docs/training.md, "Precision"). */
-    int bf16 = latent_tr_bf16();
-    latent_tr_set_bf16(0);
-    latent_tr_linear_forward(h->logits, h->fn, t->m->w.lm_head, NULL, n, c->d, c->vocab);
-    latent_tr_set_bf16(bf16);
+    latent_tr_linear_forward(NULL, h->logits, h->fn, t->m->w.lm_head, NULL, n, c->d, c->vocab);
 }
 
 static int count_scored(const uint8_t *mask, int n) {
@@ -468,10 +466,8 @@ void latent_trm_head_backward(latent_trainer *t, head *h, const float *x, int n,
     const latent_config *c = t->c;
     size_t nd = (size_t)n * c->d;
     memset(t->da, 0, nd * sizeof(float));
-    int bf16 = latent_tr_bf16(); /* the LM head in F32 (latent_trm_head_forward) */
-    latent_tr_set_bf16(0);
-    latent_tr_linear_backward(t->da, g->lm_head, NULL, h->logits, h->fn, t->m->w.lm_head, n, c->d, c->vocab);
-    latent_tr_set_bf16(bf16);
+    /* the LM head in F32 (latent_trm_head_forward) */
+    latent_tr_linear_backward(NULL, t->da, g->lm_head, NULL, h->logits, h->fn, t->m->w.lm_head, n, c->d, c->vocab);
     if (dfn_extra) latent_tr_add(t->da, dfn_extra, nd);
     memset(t->dres, 0, nd * sizeof(float));
     latent_tr_rmsnorm_backward(t->dres, g->final_norm, t->da, x, h->rs, t->m->w.final_norm, n, c->d);
@@ -710,7 +706,6 @@ int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, late
             return latent_err_set(err, LATENT_E_INVALID, "train: token id %d is outside the vocabulary (0..%d)", a < 0 || a >= V ? a : b,
                                   V - 1);
     }
-    latent_tr_set_bf16(t->s.bf16);
     memcpy(t->tok, batch->tokens, t->N * sizeof(int32_t));
     memcpy(t->tgt, batch->targets, t->N * sizeof(int32_t));
     for (int i = 0; i < t->N; i++) t->mask[i] = batch->mask ? batch->mask[i] != 0 : 1;
@@ -722,13 +717,14 @@ int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, late
             if (t->flow_buf[i] != 2) t->flow = t->flow_buf;
         }
     double l;
-    latent_tr_step_begin(); /* the weights hold still until step_end: pack each once */
+    latent_tr_gemm_step_begin(&t->gemm); /* the weights hold still until step_end: pack each once */
     switch (t->s.mode) {
     case LATENT_TRAIN_JACOBI: l = latent_trm_jacobi_step(t, grads); break;
     case LATENT_TRAIN_LRT: l = lrt_step(t, grads); break;
     default: l = plain_step(t, grads); break;
     }
-    latent_tr_step_end();
+    if (latent_tr_gemm_step_end(&t->gemm) != 0)
+        return latent_err_set(err, LATENT_E_NOMEM, "train: out of memory for the bf16 products' buffers");
     t->fwd_only = grads == NULL;
     gate_stats(t);
     *loss = l;

@@ -16,29 +16,6 @@
 #include "latent/threads.h"
 #include "train/train_ops_private.h"
 
-/* ---- helpers ------------------------------------------------------------ */
-
-typedef struct {
-    tr_rows_fn fn;
-    void *ctx;
-    int n, chunk;
-} rows_job;
-
-static void rows_task(void *ctx, int task) {
-    const rows_job *j = ctx;
-    int r0 = task * j->chunk, r1 = r0 + j->chunk > j->n ? j->n : r0 + j->chunk;
-    if (r0 < r1) j->fn(j->ctx, r0, r1);
-}
-
-void latent_tr_par_rows(tr_rows_fn fn, void *ctx, int n) {
-    if (n <= 0) return;
-    int threads = latent_get_threads();
-    /* Two chunks per thread: the caller picks up what a descheduled worker left. */
-    int tasks = n >= 16 * threads ? 2 * threads : 1;
-    rows_job j = {fn, ctx, n, (n + tasks - 1) / tasks};
-    latent_parallel_for(rows_task, &j, tasks);
-}
-
 /* ---- embedding ---------------------------------------------------------- */
 
 void latent_tr_embedding_forward(float *out, const int32_t *tokens, const float *embed, int n, int d) {
@@ -70,9 +47,14 @@ void latent_tr_embedding_backward(float *dembed, const float *dout, const int32_
     latent_parallel_for(emb_bwd_task, &j, tasks);
 }
 
-/* ---- linear ------------------------------------------------------------- */
+/* ---- linear -------------------------------------------------------------
+ * Under bf16 (latent_tr_gemm_bf16) every weight's panels come from the
+ * step's slots and an input is rounded, or packed as the weight gradients'
+ * operand, once before the tasks; a task's own rows of dY go through its
+ * scratch, reserved before the section. Without a context, F32. */
 
 typedef struct {
+    tr_gemm *g;
     float *out;
     const float *x, *w, *bias;
     int n, in_dim, out_dim, chunk;
@@ -80,23 +62,23 @@ typedef struct {
 } lin_fwd_job;
 
 /* out[r0:r1] = x[r0:r1] W^T, in bf16 from the pre-rounded rows when there are some */
-static void rows_times_wt(float *out, const float *x, const uint16_t *xb, const float *w, const uint16_t *wp, int r0,
-                          int r1, int in_dim, int out_dim) {
+static void rows_times_wt(tr_gemm *g, int task, float *out, const float *x, const uint16_t *xb, const float *w,
+                          const uint16_t *wp, int r0, int r1, int in_dim, int out_dim) {
     if (xb && wp)
         latent_tr_gemm_rounded(xb + (size_t)r0 * ((in_dim + 1) / 2 * 2), r1 - r0, out_dim, in_dim, wp,
                                out + (size_t)r0 * out_dim, out_dim);
     else
-        latent_tr_gemm(0, 1, r1 - r0, out_dim, in_dim, x + (size_t)r0 * in_dim, in_dim, w, in_dim, 0,
+        latent_tr_gemm(g, task, 0, 1, r1 - r0, out_dim, in_dim, x + (size_t)r0 * in_dim, in_dim, w, in_dim, 0,
                        out + (size_t)r0 * out_dim, out_dim);
 }
 
 /* dx[r0:r1] += dout[r0:r1] W, in bf16 through W^T's panels when packed */
-static void rows_times_w(float *dx, const float *dout, const float *w, const uint16_t *wtp, int r0, int r1, int in_dim,
-                         int out_dim) {
-    const float *g = dout + (size_t)r0 * out_dim;
+static void rows_times_w(tr_gemm *g, int task, float *dx, const float *dout, const float *w, const uint16_t *wtp, int r0,
+                         int r1, int in_dim, int out_dim) {
+    const float *gr = dout + (size_t)r0 * out_dim;
     float *o = dx + (size_t)r0 * in_dim;
-    if (wtp && latent_tr_gemm_b(0, r1 - r0, in_dim, out_dim, g, out_dim, wtp, 1, o, in_dim) == 0) return;
-    latent_tr_gemm(0, 0, r1 - r0, in_dim, out_dim, g, out_dim, w, in_dim, 1, o, in_dim);
+    if (wtp) latent_tr_gemm_b(g, task, 0, r1 - r0, in_dim, out_dim, gr, out_dim, wtp, 1, o, in_dim);
+    else latent_tr_gemm(g, task, 0, 0, r1 - r0, in_dim, out_dim, gr, out_dim, w, in_dim, 1, o, in_dim);
 }
 
 static void lin_fwd_task(void *ctx, int task) {
@@ -104,28 +86,33 @@ static void lin_fwd_task(void *ctx, int task) {
     int r0 = task * j->chunk, r1 = r0 + j->chunk > j->n ? j->n : r0 + j->chunk;
     if (r0 >= r1) return;
     float *o = j->out + (size_t)r0 * j->out_dim;
-    rows_times_wt(j->out, j->x, j->xb, j->w, j->wp, r0, r1, j->in_dim, j->out_dim);
+    rows_times_wt(j->g, task, j->out, j->x, j->xb, j->w, j->wp, r0, r1, j->in_dim, j->out_dim);
     if (j->bias)
         for (int r = r0; r < r1; r++, o += j->out_dim)
             for (int c = 0; c < j->out_dim; c++) o[c] += j->bias[c];
 }
 
-void latent_tr_linear_forward(float *out, const float *x, const float *w, const float *bias, int n, int in_dim,
-                    int out_dim) {
-    /* Rows split over the threads; each task reads all of W (it stays in cache). */
+/* Row tasks of a product over n rows: each task reads all of W (it stays in
+ * cache); two row chunks per thread, so the caller takes over what a
+ * descheduled worker has not claimed (the machine is shared). */
+static int row_tasks_for(int n) {
     int threads = latent_get_threads();
-    /* Two row chunks per thread: the caller takes over what a descheduled worker
-     * has not claimed (the machine is shared). */
-    int tasks = n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
-    lin_fwd_job j = {out, x, w, bias, n, in_dim, out_dim, (n + tasks - 1) / tasks, NULL, NULL};
-    if (latent_tr_bf16()) {
-        j.wp = latent_tr_weight_panels(1, w, in_dim, out_dim, in_dim);
-        j.xb = j.wp ? latent_tr_round_input(x, n, in_dim) : NULL;
+    return n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
+}
+
+void latent_tr_linear_forward(tr_gemm *g, float *out, const float *x, const float *w, const float *bias, int n,
+                              int in_dim, int out_dim) {
+    int tasks = row_tasks_for(n);
+    lin_fwd_job j = {g, out, x, w, bias, n, in_dim, out_dim, (n + tasks - 1) / tasks, NULL, NULL};
+    if (latent_tr_gemm_bf16(g)) {
+        j.wp = latent_tr_weight_panels(g, 1, w, in_dim, out_dim, in_dim);
+        j.xb = j.wp ? latent_tr_round_input(g, x, n, in_dim) : NULL;
     }
     latent_parallel_for(lin_fwd_task, &j, tasks);
 }
 
 typedef struct {
+    tr_gemm *g;
     float *dx, *dw, *dbias;
     const float *dout, *x, *w;
     int n, in_dim, out_dim;
@@ -135,11 +122,10 @@ typedef struct {
 } lin_bwd_job;
 
 /* dw[o0:o1] += dout[:, o0:o1]^T x, with x pre-packed under bf16 */
-static void dw_product(const float *dout, int od, const float *x, const uint16_t *xp, int o0, int o1, int n, int in_dim,
-                       float *dw) {
-    if (xp && latent_tr_gemm_b(1, o1 - o0, in_dim, n, dout + o0, od, xp, 1, dw + (size_t)o0 * in_dim, in_dim) == 0)
-        return;
-    latent_tr_gemm(1, 0, o1 - o0, in_dim, n, dout + o0, od, x, in_dim, 1, dw + (size_t)o0 * in_dim, in_dim);
+static void dw_product(tr_gemm *g, int task, const float *dout, int od, const float *x, const uint16_t *xp, int o0,
+                       int o1, int n, int in_dim, float *dw) {
+    if (xp) latent_tr_gemm_b(g, task, 1, o1 - o0, in_dim, n, dout + o0, od, xp, 1, dw + (size_t)o0 * in_dim, in_dim);
+    else latent_tr_gemm(g, task, 1, 0, o1 - o0, in_dim, n, dout + o0, od, x, in_dim, 1, dw + (size_t)o0 * in_dim, in_dim);
 }
 
 static void lin_bwd_task(void *ctx, int task) {
@@ -148,43 +134,51 @@ static void lin_bwd_task(void *ctx, int task) {
         /* dx[r0:r1] += dout[r0:r1] W */
         int r0 = task * j->dx_chunk, r1 = r0 + j->dx_chunk > j->n ? j->n : r0 + j->dx_chunk;
         if (r0 >= r1) return;
-        rows_times_w(j->dx, j->dout, j->w, j->wtp, r0, r1, j->in_dim, j->out_dim);
+        rows_times_w(j->g, task, j->dx, j->dout, j->w, j->wtp, r0, r1, j->in_dim, j->out_dim);
         return;
     }
     /* dw[o0:o1] += dout[:, o0:o1]^T x; dbias[o0:o1] += column sums */
-    task -= j->dx_tasks;
-    int o0 = task * j->dw_chunk, o1 = o0 + j->dw_chunk > j->out_dim ? j->out_dim : o0 + j->dw_chunk;
+    int part = task - j->dx_tasks;
+    int o0 = part * j->dw_chunk, o1 = o0 + j->dw_chunk > j->out_dim ? j->out_dim : o0 + j->dw_chunk;
     if (o0 >= o1) return;
-    if (j->dw) dw_product(j->dout, j->out_dim, j->x, j->xp, o0, o1, j->n, j->in_dim, j->dw);
+    if (j->dw) dw_product(j->g, task, j->dout, j->out_dim, j->x, j->xp, o0, o1, j->n, j->in_dim, j->dw);
     if (j->dbias)
         for (int r = 0; r < j->n; r++) {
-            const float *g = j->dout + (size_t)r * j->out_dim;
-            for (int o = o0; o < o1; o++) j->dbias[o] += g[o];
+            const float *gr = j->dout + (size_t)r * j->out_dim;
+            for (int o = o0; o < o1; o++) j->dbias[o] += gr[o];
         }
 }
 
-void latent_tr_linear_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x, const float *w,
-                     int n, int in_dim, int out_dim) {
+/* Scratch of a task that rounds dY's rows (M of out_dim) or dY^T's (M of n). */
+static size_t dy_scratch(int dx_chunk, int out_dim, int dw_chunk, int n) {
+    size_t a = latent_tr_gemm_b_scratch(dx_chunk, out_dim), b = latent_tr_gemm_b_scratch(dw_chunk, n);
+    return a > b ? a : b;
+}
+
+void latent_tr_linear_backward(tr_gemm *g, float *dx, float *dw, float *dbias, const float *dout, const float *x,
+                               const float *w, int n, int in_dim, int out_dim) {
     int threads = latent_get_threads();
+    lin_bwd_job j = {g, dx, dw, dbias, dout, x, w, n, in_dim, out_dim, 0, 1, 1, NULL, NULL};
     /* bf16: x is the packed operand of every weight-gradient task: pack it once */
-    const uint16_t *xp = dw && latent_tr_bf16() ? latent_tr_pack_b(0, x, in_dim, in_dim, n) : NULL;
-    lin_bwd_job j = {dx, dw, dbias, dout, x, w, n, in_dim, out_dim, 0, 1, 1, xp, NULL};
-    if (dx && latent_tr_bf16()) j.wtp = latent_tr_weight_panels(0, w, in_dim, in_dim, out_dim);
+    if (dw && latent_tr_gemm_bf16(g)) j.xp = latent_tr_pack_b(g, 0, x, in_dim, in_dim, n);
+    if (dx && latent_tr_gemm_bf16(g)) j.wtp = latent_tr_weight_panels(g, 0, w, in_dim, in_dim, out_dim);
     int dw_tasks = 0;
     if (dx) {
-        j.dx_tasks = n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
+        j.dx_tasks = row_tasks_for(n);
         j.dx_chunk = (n + j.dx_tasks - 1) / j.dx_tasks;
     }
     if (dw || dbias) {
         dw_tasks = out_dim >= 32 * threads ? threads : 1;
         j.dw_chunk = ((out_dim + dw_tasks - 1) / dw_tasks + 15) / 16 * 16;
     }
+    latent_tr_gemm_reserve(g, j.dx_tasks + dw_tasks, dy_scratch(dx ? j.dx_chunk : 0, out_dim, dw ? j.dw_chunk : 0, n));
     latent_parallel_for(lin_bwd_task, &j, j.dx_tasks + dw_tasks);
 }
 
 #define MULTI_MAX 4
 
 typedef struct {
+    tr_gemm *g;
     float *const *outs;
     float *dx;
     float *const *dws;
@@ -203,26 +197,30 @@ static void multi_fwd_task(void *ctx, int task) {
     const multi_job *j = ctx;
     int r0 = task * j->row_chunk, r1 = r0 + j->row_chunk > j->n ? j->n : r0 + j->row_chunk;
     if (r0 >= r1) return;
-    for (int i = 0; i < j->k; i++) rows_times_wt(j->outs[i], j->x, j->xb, j->ws[i], j->wp[i], r0, r1, j->in_dim, j->out_dims[i]);
+    for (int i = 0; i < j->k; i++)
+        rows_times_wt(j->g, task, j->outs[i], j->x, j->xb, j->ws[i], j->wp[i], r0, r1, j->in_dim, j->out_dims[i]);
 }
 
-static int row_tasks_for(int n) {
-    int threads = latent_get_threads();
-    return n >= 256 * threads ? 2 * threads : n >= 32 * threads ? threads : 1;
-}
-
-void latent_tr_linear_forward_multi(float *const *outs, const float *x, const float *const *ws, const int *out_dims, int k,
-                             int n, int in_dim) {
+void latent_tr_linear_forward_multi(tr_gemm *g, float *const *outs, const float *x, const float *const *ws,
+                                    const int *out_dims, int k, int n, int in_dim) {
     if (k > MULTI_MAX) abort();
     int tasks = row_tasks_for(n);
-    multi_job j = {.outs = outs, .x = x, .ws = ws, .out_dims = out_dims, .k = k, .n = n, .in_dim = in_dim,
+    multi_job j = {.g = g, .outs = outs, .x = x, .ws = ws, .out_dims = out_dims, .k = k, .n = n, .in_dim = in_dim,
                    .row_chunk = (n + tasks - 1) / tasks};
-    if (latent_tr_bf16()) {
+    if (latent_tr_gemm_bf16(g)) {
         int packed = 1;
-        for (int i = 0; i < k; i++) packed &= (j.wp[i] = latent_tr_weight_panels(1, ws[i], in_dim, out_dims[i], in_dim)) != NULL;
-        j.xb = packed ? latent_tr_round_input(x, n, in_dim) : NULL;
+        for (int i = 0; i < k; i++)
+            packed &= (j.wp[i] = latent_tr_weight_panels(g, 1, ws[i], in_dim, out_dims[i], in_dim)) != NULL;
+        j.xb = packed ? latent_tr_round_input(g, x, n, in_dim) : NULL;
     }
     latent_parallel_for(multi_fwd_task, &j, tasks);
+}
+
+/* dW_i's rows [o0, o1) of weight-gradient task `part` of matrix i (the same
+ * chunks as tr_linear_backward's) */
+static int multi_dw_chunk(const multi_job *j, int i) {
+    int od = j->out_dims[i], per = j->per[i];
+    return ((od + per - 1) / per + 15) / 16 * 16;
 }
 
 static void multi_bwd_task(void *ctx, int task) {
@@ -231,31 +229,36 @@ static void multi_bwd_task(void *ctx, int task) {
         /* dx[r0:r1] += douts[i][r0:r1] W_i, i in order */
         int r0 = task * j->row_chunk, r1 = r0 + j->row_chunk > j->n ? j->n : r0 + j->row_chunk;
         if (r0 >= r1) return;
-        for (int i = 0; i < j->k; i++) rows_times_w(j->dx, j->douts[i], j->ws[i], j->wp[i], r0, r1, j->in_dim, j->out_dims[i]);
+        for (int i = 0; i < j->k; i++)
+            rows_times_w(j->g, task, j->dx, j->douts[i], j->ws[i], j->wp[i], r0, r1, j->in_dim, j->out_dims[i]);
         return;
     }
-    /* dW_i[o0:o1] += douts[i][:, o0:o1]^T x: the weights' rows in chunks, the
-     * same chunks as tr_linear_backward's */
-    task -= j->row_tasks;
-    int i = 0;
-    while (task >= j->per[i]) task -= j->per[i++];
-    int per = j->per[i], part = task;
-    int od = j->out_dims[i], chunk = ((od + per - 1) / per + 15) / 16 * 16;
+    /* dW_i[o0:o1] += douts[i][:, o0:o1]^T x */
+    int part = task - j->row_tasks, i = 0;
+    while (part >= j->per[i]) part -= j->per[i++];
+    int od = j->out_dims[i], chunk = multi_dw_chunk(j, i);
     int o0 = part * chunk, o1 = o0 + chunk > od ? od : o0 + chunk;
     if (o0 >= o1) return;
-    dw_product(j->douts[i], od, j->x, j->xp, o0, o1, j->n, j->in_dim, j->dws[i]);
+    dw_product(j->g, task, j->douts[i], od, j->x, j->xp, o0, o1, j->n, j->in_dim, j->dws[i]);
 }
 
-void latent_tr_linear_backward_multi(float *dx, float *const *dws, const float *const *douts, const float *x,
-                              const float *const *ws, const int *out_dims, int k, int n, int in_dim) {
+void latent_tr_linear_backward_multi(tr_gemm *g, float *dx, float *const *dws, const float *const *douts,
+                                     const float *x, const float *const *ws, const int *out_dims, int k, int n,
+                                     int in_dim) {
     if (k > MULTI_MAX) abort();
     int threads = latent_get_threads(), tasks = row_tasks_for(n);
-    multi_job j = {.dx = dx, .dws = dws, .douts = douts, .x = x, .ws = ws, .out_dims = out_dims, .k = k, .n = n,
-                   .in_dim = in_dim, .row_tasks = tasks, .row_chunk = (n + tasks - 1) / tasks};
+    multi_job j = {.g = g, .dx = dx, .dws = dws, .douts = douts, .x = x, .ws = ws, .out_dims = out_dims, .k = k,
+                   .n = n, .in_dim = in_dim, .row_tasks = tasks, .row_chunk = (n + tasks - 1) / tasks};
     for (int i = 0; i < k; i++) j.dw_tasks += j.per[i] = out_dims[i] >= 32 * threads ? threads : 1;
-    j.xp = latent_tr_bf16() ? latent_tr_pack_b(0, x, in_dim, in_dim, n) : NULL;
-    if (dx && latent_tr_bf16())
-        for (int i = 0; i < k; i++) j.wp[i] = latent_tr_weight_panels(0, ws[i], in_dim, in_dim, out_dims[i]);
+    if (latent_tr_gemm_bf16(g)) j.xp = latent_tr_pack_b(g, 0, x, in_dim, in_dim, n);
+    if (dx && latent_tr_gemm_bf16(g))
+        for (int i = 0; i < k; i++) j.wp[i] = latent_tr_weight_panels(g, 0, ws[i], in_dim, in_dim, out_dims[i]);
+    size_t scratch = 0;
+    for (int i = 0; i < k; i++) {
+        size_t s = dy_scratch(j.row_chunk, out_dims[i], multi_dw_chunk(&j, i), n);
+        scratch = s > scratch ? s : scratch;
+    }
+    latent_tr_gemm_reserve(g, j.row_tasks + j.dw_tasks, scratch);
     latent_parallel_for(multi_bwd_task, &j, j.row_tasks + j.dw_tasks);
 }
 

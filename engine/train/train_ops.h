@@ -9,49 +9,20 @@
  * once. Work is spread over the engine threads (threads.h) and is
  * deterministic for a given thread count: each output element is always
  * computed by the same task in the same order. Must not be called from inside
- * a latent_parallel_for task. */
+ * a latent_parallel_for task.
+ *
+ * The ops with matrix products (linear, and the T2MLR fusion and LRT KV
+ * injection built on them) take the trainer's product context first
+ * (train_gemm.h): bf16 or F32, and the buffers kept between calls; NULL runs
+ * them in F32. */
 #ifndef LATENT_TRAIN_OPS_H
 #define LATENT_TRAIN_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* The linear layers' products (train_gemm.c): C (M, N) = op(A) op(B), plus C
- * when accumulate; op = transpose when ta / tb. F32 (OpenBLAS), or with
- * latent_tr_set_bf16(1) bf16 operands and F32 sums (--precision bf16). The
- * setting is process-wide: the trainer sets it at each step. */
-void latent_tr_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-                    int accumulate, float *C, int ldc);
-void latent_tr_set_bf16(int on);
-int latent_tr_bf16(void);
-/* bf16: op(B) packed once for several products with it (a buffer of this
- * module's, valid until the next call: one op at a time, from the thread
- * that calls the ops), and such a product; NULL / -1 when out of memory
- * (the caller falls back to latent_tr_gemm). */
-const uint16_t *latent_tr_pack_b(int tb, const float *B, int ldb, int N, int K);
-int latent_tr_gemm_b(int ta, int M, int N, int K, const float *A, int lda, const uint16_t *panels, int accumulate,
-                     float *C, int ldc);
-
-/* bf16: op(B)'s panels for the products of one step. Between
- * latent_tr_step_begin and _end (the trainer's step, when no weight changes)
- * each weight and orientation is packed once; outside, at every call. Valid
- * until the step ends; NULL when out of memory (the caller then takes the
- * per-call path, latent_tr_gemm). */
-void latent_tr_step_begin(void);
-void latent_tr_step_end(void);
-const uint16_t *latent_tr_weight_panels(int tb, const float *B, int ldb, int N, int K);
-/* Frees every weight's panels (the trainer's end: the next trainer's weights
- * live elsewhere). */
-void latent_tr_release_weight_panels(void);
-/* bf16: x (M, K) rounded once for several products (a buffer of this
- * module's, valid until the next call), and C (M, N) = that times the
- * panels' W^T; NULL when out of memory. */
-const uint16_t *latent_tr_round_input(const float *x, int M, int K);
-void latent_tr_gemm_rounded(const uint16_t *xb, int M, int N, int K, const uint16_t *panels, float *C, int ldc);
-
-/* Runs fn(ctx, r0, r1) over [0, n) in contiguous chunks on the engine threads. */
-typedef void (*tr_rows_fn)(void *ctx, int r0, int r1);
-void latent_tr_par_rows(tr_rows_fn fn, void *ctx, int n);
+#include "train/train_gemm.h"
+#include "train/train_rows.h"
 
 /* out (n, d) = embed[tokens[r]] */
 void latent_tr_embedding_forward(float *out, const int32_t *tokens, const float *embed, int n, int d);
@@ -59,20 +30,20 @@ void latent_tr_embedding_forward(float *out, const int32_t *tokens, const float 
 void latent_tr_embedding_backward(float *dembed, const float *dout, const int32_t *tokens, int n, int d);
 
 /* out (n, out_dim) = x (n, in_dim) W^T (+ bias (out_dim) when not NULL). */
-void latent_tr_linear_forward(float *out, const float *x, const float *w, const float *bias, int n, int in_dim,
+void latent_tr_linear_forward(tr_gemm *g, float *out, const float *x, const float *w, const float *bias, int n, int in_dim,
                     int out_dim);
 /* dx += dout W; dw += dout^T x; dbias += column sums of dout. Any of dx, dw,
  * dbias may be NULL (not wanted). */
-void latent_tr_linear_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x, const float *w,
+void latent_tr_linear_backward(tr_gemm *g, float *dx, float *dw, float *dbias, const float *dout, const float *x, const float *w,
                      int n, int in_dim, int out_dim);
 
 /* Up to 4 products of one input in one parallel section (q, k, v; gate, up):
  * outs[i] (n, out_dims[i]) = x ws[i]^T. Same results as separate calls. */
-void latent_tr_linear_forward_multi(float *const *outs, const float *x, const float *const *ws, const int *out_dims, int k,
+void latent_tr_linear_forward_multi(tr_gemm *g, float *const *outs, const float *x, const float *const *ws, const int *out_dims, int k,
                              int n, int in_dim);
 /* Their backward in one parallel section: dx += sum_i douts[i] ws[i] (in
  * order i = 0..k-1, as separate calls would) and dws[i] += douts[i]^T x. */
-void latent_tr_linear_backward_multi(float *dx, float *const *dws, const float *const *douts, const float *x,
+void latent_tr_linear_backward_multi(tr_gemm *g, float *dx, float *const *dws, const float *const *douts, const float *x,
                               const float *const *ws, const int *out_dims, int k, int n, int in_dim);
 
 /* out = x * rstd * w, rstd (n) = 1 / sqrt(mean(x^2) + eps) (kept for the backward). */
@@ -135,11 +106,11 @@ typedef struct t2mlr_fuse_w {
 typedef struct t2mlr_fuse_g {
     float *w_rec, *f_rec_w, *f_rec_b, *f_cur_w, *f_cur_b, *gamma_rec, *gamma_cur;
 } t2mlr_fuse_g;
-void latent_tr_t2mlr_fuse_forward(float *out, const t2mlr_fuse_acts *a, const float *h, const float *R, t2mlr_fuse_w w,
+void latent_tr_t2mlr_fuse_forward(tr_gemm *gm, float *out, const t2mlr_fuse_acts *a, const float *h, const float *R, t2mlr_fuse_w w,
                            const uint8_t *flow, int n, int d);
 /* dh += , dR += (dR may be NULL), weight grads into g; scratch holds
  * n * (5d + 2) floats. */
-void latent_tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
+void latent_tr_t2mlr_fuse_backward(tr_gemm *gm, float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
                             const float *h, const float *R, t2mlr_fuse_w w, const uint8_t *flow, float *scratch,
                             int n, int d);
 
@@ -167,12 +138,12 @@ void latent_tr_lrt_residual_backward(float *dx, float *dm, float *dalpha, float 
 /* LRT KV injection on n rows (pre-RoPE): gate (n, 2 nkv) = 2 sigmoid(a G^T);
  * mk, mv = m K^T, m V^T (skipped when m is NULL: zero memory);
  * k_j = g_loc_j kl_j + g_fb_j mk_j, likewise v. k, v may not alias kl, vl. */
-void latent_tr_lrt_kv_forward(float *k, float *v, float *gate, float *mk, float *mv, const float *kl, const float *vl,
+void latent_tr_lrt_kv_forward(tr_gemm *gm, float *k, float *v, float *gate, float *mk, float *mv, const float *kl, const float *vl,
                     const float *a, const float *m, const float *G, const float *K, const float *V, int n,
                     int d, int n_kv_heads, int hd);
 /* From dk, dv: dkl, dvl += (the local projections' output grads), da += (gate
  * path), dm += (memory path, when m and dm), dG, dK, dV += . Scratch: (n, 2nkv + 2kv_dim). */
-void latent_tr_lrt_kv_backward(float *dkl, float *dvl, float *da, float *dm, float *dG, float *dK, float *dV,
+void latent_tr_lrt_kv_backward(tr_gemm *gm, float *dkl, float *dvl, float *da, float *dm, float *dG, float *dK, float *dV,
                      const float *dk, const float *dv, const float *gate, const float *mk, const float *mv,
                      const float *kl, const float *vl, const float *a, const float *m, const float *G,
                      const float *K, const float *V, float *scratch, int n, int d, int n_kv_heads, int hd);

@@ -51,14 +51,14 @@ static void fuse_gate_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void latent_tr_t2mlr_fuse_forward(float *out, const t2mlr_fuse_acts *a, const float *h, const float *R, t2mlr_fuse_w w,
+void latent_tr_t2mlr_fuse_forward(tr_gemm *gm, float *out, const t2mlr_fuse_acts *a, const float *h, const float *R, t2mlr_fuse_w w,
                            const uint8_t *flow, int n, int d) {
     fuse_job j = {.out = out, .a = a, .h = h, .flow = flow, .tr = tanhf(w.gamma_rec[0]), .tc = tanhf(w.gamma_cur[0]),
                   .br = w.f_rec_b, .bc = w.f_cur_b, .d = d};
-    latent_tr_linear_forward(a->u, R, w.w_rec, NULL, n, d, d); /* u = R W_rec^T */
+    latent_tr_linear_forward(gm, a->u, R, w.w_rec, NULL, n, d, d); /* u = R W_rec^T */
     latent_tr_par_rows(fuse_fwd_rows, &j, n);                  /* z = [h ; u]; flow-1 rows pass h */
-    latent_tr_linear_forward(a->sr, a->z, w.f_rec_w, NULL, n, 2 * d, d);
-    latent_tr_linear_forward(a->sc, a->z, w.f_cur_w, NULL, n, 2 * d, d);
+    latent_tr_linear_forward(gm, a->sr, a->z, w.f_rec_w, NULL, n, 2 * d, d);
+    latent_tr_linear_forward(gm, a->sc, a->z, w.f_cur_w, NULL, n, 2 * d, d);
     latent_tr_par_rows(fuse_gate_rows, &j, n);
 }
 
@@ -110,7 +110,7 @@ static void split_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void latent_tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
+void latent_tr_t2mlr_fuse_backward(tr_gemm *gm, float *dh, float *dR, t2mlr_fuse_g g, const float *dout, const t2mlr_fuse_acts *a,
                             const float *h, const float *R, t2mlr_fuse_w w, const uint8_t *flow, float *scratch,
                             int n, int d) {
     /* scratch: dpre_r, dpre_c (n, d each) | dz (n, 2d) | du (n, d) | the
@@ -128,12 +128,12 @@ void latent_tr_t2mlr_fuse_backward(float *dh, float *dR, t2mlr_fuse_g g, const f
     g.gamma_cur[0] += (float)(sc * (1.0 - (double)j.tc * j.tc));
     /* pre = z F^T + b */
     memset(dz, 0, (size_t)n * 2 * d * sizeof(float));
-    latent_tr_linear_backward(dz, g.f_rec_w, g.f_rec_b, dpre_r, a->z, w.f_rec_w, n, 2 * d, d);
-    latent_tr_linear_backward(dz, g.f_cur_w, g.f_cur_b, dpre_c, a->z, w.f_cur_w, n, 2 * d, d);
+    latent_tr_linear_backward(gm, dz, g.f_rec_w, g.f_rec_b, dpre_r, a->z, w.f_rec_w, n, 2 * d, d);
+    latent_tr_linear_backward(gm, dz, g.f_cur_w, g.f_cur_b, dpre_c, a->z, w.f_cur_w, n, 2 * d, d);
     split_job sj = {dh, du, dz, d};
     latent_tr_par_rows(split_rows, &sj, n);
     /* u = R W_rec^T */
-    latent_tr_linear_backward(dR, g.w_rec, NULL, du, R, w.w_rec, n, d, d);
+    latent_tr_linear_backward(gm, dR, g.w_rec, NULL, du, R, w.w_rec, n, d, d);
 }
 
 typedef struct {
@@ -302,14 +302,14 @@ static void kvi_fwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void latent_tr_lrt_kv_forward(float *k, float *v, float *gate, float *mk, float *mv, const float *kl, const float *vl,
+void latent_tr_lrt_kv_forward(tr_gemm *gm, float *k, float *v, float *gate, float *mk, float *mv, const float *kl, const float *vl,
                     const float *a, const float *m, const float *G, const float *K, const float *V, int n,
                     int d, int n_kv_heads, int hd) {
     int kvd = n_kv_heads * hd;
-    latent_tr_linear_forward(gate, a, G, NULL, n, d, 2 * n_kv_heads);
+    latent_tr_linear_forward(gm, gate, a, G, NULL, n, d, 2 * n_kv_heads);
     if (m) {
-        latent_tr_linear_forward(mk, m, K, NULL, n, d, kvd);
-        latent_tr_linear_forward(mv, m, V, NULL, n, d, kvd);
+        latent_tr_linear_forward(gm, mk, m, K, NULL, n, d, kvd);
+        latent_tr_linear_forward(gm, mv, m, V, NULL, n, d, kvd);
     }
     kvi_job j = {.k = k, .v = v, .gate = gate, .mk = m ? mk : NULL, .mv = m ? mv : NULL, .kl = kl, .vl = vl,
                  .nkv = n_kv_heads, .hd = hd};
@@ -344,7 +344,7 @@ static void kvi_bwd_rows(void *ctx, int r0, int r1) {
     }
 }
 
-void latent_tr_lrt_kv_backward(float *dkl, float *dvl, float *da, float *dm, float *dG, float *dK, float *dV,
+void latent_tr_lrt_kv_backward(tr_gemm *gm, float *dkl, float *dvl, float *da, float *dm, float *dG, float *dK, float *dV,
                      const float *dk, const float *dv, const float *gate, const float *mk, const float *mv,
                      const float *kl, const float *vl, const float *a, const float *m, const float *G,
                      const float *K, const float *V, float *scratch, int n, int d, int n_kv_heads, int hd) {
@@ -354,9 +354,9 @@ void latent_tr_lrt_kv_backward(float *dkl, float *dvl, float *da, float *dm, flo
                  .mk = m ? mk : NULL, .mv = m ? mv : NULL, .kl = kl, .vl = vl, .dk = dk, .dv = dv,
                  .nkv = n_kv_heads, .hd = hd};
     latent_tr_par_rows(kvi_bwd_rows, &j, n);
-    latent_tr_linear_backward(da, dG, NULL, dgl, a, G, n, d, 2 * n_kv_heads);
+    latent_tr_linear_backward(gm, da, dG, NULL, dgl, a, G, n, d, 2 * n_kv_heads);
     if (m) {
-        latent_tr_linear_backward(dm, dK, NULL, dmk, m, K, n, d, kvd);
-        latent_tr_linear_backward(dm, dV, NULL, dmv, m, V, n, d, kvd);
+        latent_tr_linear_backward(gm, dm, dK, NULL, dmk, m, K, n, d, kvd);
+        latent_tr_linear_backward(gm, dm, dV, NULL, dmv, m, V, n, d, kvd);
     }
 }

@@ -93,6 +93,8 @@ struct latent_trainer {
     float *dK0, *dV0, *dKr, *dVr;            /* (L, N, kv_dim) */
     float *Hrec, *dH0, *dHr, *dmem;          /* (N, d) */
 
+    tr_gemm gemm;             /* the products' context (train_gemm.h): bf16 or F32, the weights'
+                                 panels of the open step, the buffers kept between calls */
     int fwd_only;             /* last step ran without backward: logits intact */
     latent_gate_stats stats;
 };

@@ -73,7 +73,10 @@ int latent_trainer_count_scored(const latent_trainer *t, const latent_train_batc
 /* Runs the mode's forward on one batch and returns its loss in *loss; when
  * grads is not NULL also runs the backward, ADDING every parameter's
  * gradient into grads (same config as the model; the caller zeroes it).
- * Fails (changing nothing) on a token id outside the vocabulary. */
+ * Fails (changing nothing) on a token id outside the vocabulary; fails with
+ * LATENT_E_NOMEM when the buffers of bf16 products cannot be allocated (then
+ * grads and the logits hold a partial step: do not apply them). The buffers
+ * grow only, so after a first step that succeeded a step allocates nothing. */
 int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, latent_weights *grads, double *loss,
                         latent_err *err);
 

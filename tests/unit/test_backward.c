@@ -116,8 +116,8 @@ static void test_linear(int n, int in_dim, int out_dim, int bias) {
     float *out = malloc(no * sizeof(float));
     double *proj = mk_proj(no);
     float *pf = to_float(proj, no);
-    latent_tr_linear_forward(out, ins[0].f, ins[1].f, bias ? ins[2].f : NULL, n, in_dim, out_dim);
-    latent_tr_linear_backward(ins[0].g, ins[1].g, bias ? ins[2].g : NULL, pf, ins[0].f, ins[1].f, n, in_dim, out_dim);
+    latent_tr_linear_forward(NULL, out, ins[0].f, ins[1].f, bias ? ins[2].f : NULL, n, in_dim, out_dim);
+    latent_tr_linear_backward(NULL, ins[0].g, ins[1].g, bias ? ins[2].g : NULL, pf, ins[0].f, ins[1].f, n, in_dim, out_dim);
     check_op(bias ? "linear+bias" : "linear", lin_ref, &c, out, proj, no, ins, bias ? 3 : 2);
     for (int i = 0; i < 3; i++) free_input(&ins[i]);
     free(out), free(proj), free(pf);
@@ -348,8 +348,8 @@ static void test_fuse(void) {
     t2mlr_fuse_g g = {ins[2].g, ins[3].g, ins[4].g, ins[5].g, ins[6].g, ins[7].g, ins[8].g};
     double *proj = mk_proj(n * d);
     float *pf = to_float(proj, n * d);
-    latent_tr_t2mlr_fuse_forward(out, &a, ins[0].f, ins[1].f, w, flow, n, d);
-    latent_tr_t2mlr_fuse_backward(ins[0].g, ins[1].g, g, pf, &a, ins[0].f, ins[1].f, w, flow, scratch, n, d);
+    latent_tr_t2mlr_fuse_forward(NULL, out, &a, ins[0].f, ins[1].f, w, flow, n, d);
+    latent_tr_t2mlr_fuse_backward(NULL, ins[0].g, ins[1].g, g, pf, &a, ins[0].f, ins[1].f, w, flow, scratch, n, d);
     check_op("t2mlr_fuse", fuse_ref, &c, out, proj, n * d, ins, 9);
     for (int i = 0; i < 9; i++) free_input(&ins[i]);
     free(u), free(z), free(sr), free(sc), free(out), free(scratch), free(proj), free(pf);
@@ -457,7 +457,7 @@ static void test_lrt_kv(void) {
     kvi_ctx c = {&ins[0], &ins[1], &ins[2], &ins[3], &ins[4], &ins[5], &ins[6], n, d, nkv, hd};
     float *k = malloc(n * kvd * 4), *v = malloc(n * kvd * 4), *gate = malloc(n * 2 * nkv * 4);
     float *mk = malloc(n * kvd * 4), *mv = malloc(n * kvd * 4), *scratch = malloc(n * (2 * nkv + 2 * kvd) * 4);
-    latent_tr_lrt_kv_forward(k, v, gate, mk, mv, ins[0].f, ins[1].f, ins[2].f, ins[3].f, ins[4].f, ins[5].f, ins[6].f, n, d, nkv, hd);
+    latent_tr_lrt_kv_forward(NULL, k, v, gate, mk, mv, ins[0].f, ins[1].f, ins[2].f, ins[3].f, ins[4].f, ins[5].f, ins[6].f, n, d, nkv, hd);
     int no = n * 2 * kvd;
     float *out = malloc(no * 4);
     for (int r = 0; r < n; r++) memcpy(out + r * 2 * kvd, k + r * kvd, kvd * 4), memcpy(out + r * 2 * kvd + kvd, v + r * kvd, kvd * 4);
@@ -465,7 +465,7 @@ static void test_lrt_kv(void) {
     float *dk = malloc(n * kvd * 4), *dv = malloc(n * kvd * 4);
     for (int r = 0; r < n; r++)
         for (int i = 0; i < kvd; i++) dk[r * kvd + i] = (float)proj[r * 2 * kvd + i], dv[r * kvd + i] = (float)proj[r * 2 * kvd + kvd + i];
-    latent_tr_lrt_kv_backward(ins[0].g, ins[1].g, ins[2].g, ins[3].g, ins[4].g, ins[5].g, ins[6].g, dk, dv, gate, mk, mv, ins[0].f,
+    latent_tr_lrt_kv_backward(NULL, ins[0].g, ins[1].g, ins[2].g, ins[3].g, ins[4].g, ins[5].g, ins[6].g, dk, dv, gate, mk, mv, ins[0].f,
                        ins[1].f, ins[2].f, ins[3].f, ins[4].f, ins[5].f, ins[6].f, scratch, n, d, nkv, hd);
     check_op("lrt_kv", kvi_ref, &c, out, proj, no, ins, 7);
     for (int i = 0; i < 7; i++) free_input(&ins[i]);
@@ -485,11 +485,11 @@ static void test_linear_multi(void) {
         dw1[k] = calloc(dims[k] * in, 4), dw2[k] = calloc(dims[k] * in, 4);
         for (int i = 0; i < dims[k] * in; i++) w[k][i] = frand(1);
         for (int i = 0; i < n * dims[k]; i++) g[k][i] = frand(1);
-        latent_tr_linear_forward(o1[k], x, w[k], NULL, n, in, dims[k]);
-        latent_tr_linear_backward(dx1, dw1[k], NULL, g[k], x, w[k], n, in, dims[k]);
+        latent_tr_linear_forward(NULL, o1[k], x, w[k], NULL, n, in, dims[k]);
+        latent_tr_linear_backward(NULL, dx1, dw1[k], NULL, g[k], x, w[k], n, in, dims[k]);
     }
-    latent_tr_linear_forward_multi(o2, x, (const float *const *)w, dims, 3, n, in);
-    latent_tr_linear_backward_multi(dx2, dw2, (const float *const *)g, x, (const float *const *)w, dims, 3, n, in);
+    latent_tr_linear_forward_multi(NULL, o2, x, (const float *const *)w, dims, 3, n, in);
+    latent_tr_linear_backward_multi(NULL, dx2, dw2, (const float *const *)g, x, (const float *const *)w, dims, 3, n, in);
     int same = !memcmp(dx1, dx2, n * in * 4);
     for (int k = 0; k < 3; k++)
         same &= !memcmp(o1[k], o2[k], n * dims[k] * 4) && !memcmp(dw1[k], dw2[k], dims[k] * in * 4);

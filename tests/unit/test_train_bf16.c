@@ -15,7 +15,7 @@
  *    loss, which sees the forward only, within 1e-2; the weights after one
  *    SGD step within lr x the gradient bound. bf16 must really be used (the
  *    gradients differ) and the F32 step must be unchanged after a bf16 one.
- * 3. The weights' panels packed once per step: inside latent_tr_step_begin/
+ * 3. The weights' panels packed once per step: inside latent_tr_gemm_step_begin/
  *    _end a weight is packed at its first use and reused (a change to it
  *    inside the step is not seen, which the trainer never does); after the
  *    step, and outside any step, a changed weight is packed again. */
@@ -90,13 +90,15 @@ static void test_products(void) {
     for (int i = 0; i < K * M + 8; i++) A[i] = tm_normal();
     for (int i = 0; i < K * N + 8; i++) Bm[i] = tm_normal();
     for (int i = 0; i < M * N; i++) C0[i] = tm_normal();
-    latent_tr_set_bf16(1);
+    tr_gemm g;
+    latent_tr_gemm_init(&g, 1);
+    if (latent_tr_gemm_reserve(&g, 1, latent_tr_gemm_scratch(M, N, K)) != 0) abort();
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++)
             for (int acc = 0; acc < 2; acc++) {
                 int lda = ta ? M : K, ldb = tb ? K : N;
                 memcpy(C, C0, sizeof C);
-                latent_tr_gemm(ta, tb, M, N, K, A, lda, Bm, ldb, acc, C, N);
+                latent_tr_gemm(&g, 0, ta, tb, M, N, K, A, lda, Bm, ldb, acc, C, N);
                 double worst = 0;
                 for (int i = 0; i < M; i++)
                     for (int j = 0; j < N; j++) {
@@ -111,7 +113,7 @@ static void test_products(void) {
                 CHECK(worst <= 1.0, "bf16 product ta=%d tb=%d acc=%d: error %.2f x the F32 summation bound", ta, tb, acc,
                       worst);
             }
-    latent_tr_set_bf16(0);
+    latent_tr_gemm_free(&g);
 }
 
 static void test_weight_panels(void) {
@@ -120,27 +122,28 @@ static void test_weight_panels(void) {
     tm_rng = 9;
     for (int i = 0; i < N * IN; i++) x[i] = tm_normal();
     for (int i = 0; i < OUT * IN; i++) w[i] = tm_normal();
-    latent_tr_set_bf16(1);
-    latent_tr_linear_forward(y0, x, w, NULL, N, IN, OUT); /* outside a step */
+    tr_gemm g;
+    latent_tr_gemm_init(&g, 1);
+    latent_tr_linear_forward(&g, y0, x, w, NULL, N, IN, OUT); /* outside a step */
     for (int i = 0; i < OUT * IN; i++) w[i] *= 2.0f;       /* exact in bf16: y doubles */
-    latent_tr_linear_forward(y1, x, w, NULL, N, IN, OUT);
+    latent_tr_linear_forward(&g, y1, x, w, NULL, N, IN, OUT);
     int doubled = 1;
     for (int i = 0; i < N * OUT; i++) doubled &= y1[i] == 2.0f * y0[i];
     CHECK(doubled, "outside a step, a changed weight is packed again");
 
-    latent_tr_step_begin();
-    latent_tr_linear_forward(y1, x, w, NULL, N, IN, OUT);
+    latent_tr_gemm_step_begin(&g);
+    latent_tr_linear_forward(&g, y1, x, w, NULL, N, IN, OUT);
     for (int i = 0; i < OUT * IN; i++) w[i] *= 2.0f;
-    latent_tr_linear_forward(y2, x, w, NULL, N, IN, OUT);
+    latent_tr_linear_forward(&g, y2, x, w, NULL, N, IN, OUT);
     CHECK(memcmp(y1, y2, sizeof y1) == 0, "inside a step the weight's panels are packed once (reused)");
-    latent_tr_step_end();
-    latent_tr_step_begin();
-    latent_tr_linear_forward(y2, x, w, NULL, N, IN, OUT);
-    latent_tr_step_end();
+    latent_tr_gemm_step_end(&g);
+    latent_tr_gemm_step_begin(&g);
+    latent_tr_linear_forward(&g, y2, x, w, NULL, N, IN, OUT);
+    latent_tr_gemm_step_end(&g);
     doubled = 1;
     for (int i = 0; i < N * OUT; i++) doubled &= y2[i] == 2.0f * y1[i];
     CHECK(doubled, "the next step packs the changed weight again");
-    latent_tr_set_bf16(0);
+    latent_tr_gemm_free(&g);
 }
 
 int main(void) {
