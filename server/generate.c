@@ -25,6 +25,33 @@ static uint64_t random_seed(void) {
     return s;
 }
 
+static const char *const state_names[GEN__STATES] = {"new", "queued", "parsing", "parsed", "running",
+                                                      "complete", "failed", "aborted", "orphaned"};
+
+/* The transitions srv_gen_state allows (generate.h), by state. */
+#define TO(s) (1u << (s))
+static const unsigned allowed[GEN__STATES] = {
+    [GEN_NEW] = TO(GEN_QUEUED) | TO(GEN_PARSING) | TO(GEN_RUNNING) | TO(GEN_FAILED),
+    [GEN_QUEUED] = TO(GEN_PARSING) | TO(GEN_PARSED) | TO(GEN_FAILED) | TO(GEN_ABORTED),
+    [GEN_PARSING] = TO(GEN_PARSED) | TO(GEN_ORPHANED),
+    [GEN_PARSED] = TO(GEN_RUNNING) | TO(GEN_FAILED),
+    [GEN_RUNNING] = TO(GEN_COMPLETE) | TO(GEN_ABORTED),
+    [GEN_COMPLETE] = TO(GEN_ABORTED),
+    [GEN_FAILED] = TO(GEN_ABORTED),
+};
+#undef TO
+
+/* Every state change goes through here; one the table does not allow is a
+ * bug, logged loudly (and made anyway: the request still ends). */
+static void gen_enter(srv_gen *g, srv_gen_state to) {
+    if (!(allowed[g->state] & (1u << to)))
+        srv_log(SRV_LOG_ERROR, "bug: request %s went from %s to %s", g->id, state_names[g->state], state_names[to]);
+    g->state = to;
+}
+
+/* No more output will be made for the client (its answer is decided). */
+static int gen_settled(const srv_gen *g) { return g->state >= GEN_COMPLETE; }
+
 static void gen_free(srv_gen *g) {
     if (!g) return;
     if (g->quota_held) srv_quota_release(&g->x->quota, g->client, g->quota_held);
@@ -259,8 +286,7 @@ static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e);
 /* Ends a request that failed before generating: the error reply now; the
  * connection's close frees g (it is linked and attached from the start). */
 static void fail_request(srv_ctx *x, srv_gen *g, const srv_error *e) {
-    g->failed = 1;
-    g->complete = 1;
+    gen_enter(g, GEN_FAILED);
     for (int i = 0; i < g->n_choices; i++) choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED); /* what was submitted */
     srv_reply_error(x, g->conn, e);
 }
@@ -281,9 +307,9 @@ static void tokenize_done(uv_work_t *w, int status);
 
 /* g's body goes to the thread pool: 0, or -1 when it cannot be queued. */
 static int queue_tokenize(srv_ctx *x, srv_gen *g) {
-    g->tok_state = TOK_RUNNING;
     g->tok_work.data = g;
     if (uv_queue_work(x->loop, &g->tok_work, tokenize_work, tokenize_done) != 0) return -1;
+    gen_enter(g, GEN_PARSING);
     if (g->big) x->big_running++;
     return 0;
 }
@@ -296,7 +322,8 @@ static void start_big(srv_ctx *x) {
         if (!x->big_head) x->big_tail = NULL;
         g->big_next = NULL;
         if (queue_tokenize(x, g) != 0) { /* srv_gen_resume answers the error */
-            g->tok_state = TOK_DONE, g->tok_rc = -1;
+            gen_enter(g, GEN_PARSED);
+            g->tok_rc = -1;
             srv_error_set(&g->tok_err, SRV_ERR_INTERNAL, NULL, "cannot queue the request's parsing");
             srv_conn_wake(g->conn);
         }
@@ -310,18 +337,17 @@ static void unqueue_big(srv_ctx *x, srv_gen *g) {
     *pp = g->big_next;
     if (x->big_tail == g) x->big_tail = prev;
     g->big_next = NULL;
-    g->tok_state = TOK_NONE;
 }
 
 static void tokenize_done(uv_work_t *w, int status) {
     srv_gen *g = w->data;
     srv_ctx *x = g->x;
-    g->tok_state = TOK_DONE;
     if (g->big) x->big_running--, start_big(x);
-    if (g->close_pending) { /* the client left and the connection closed meanwhile */
+    if (g->state == GEN_ORPHANED) { /* the client left and the connection closed meanwhile */
         gen_free(g);
         return;
     }
+    gen_enter(g, GEN_PARSED);
     srv_conn_release_body(g->conn); /* parsed: its memory goes back to the body budget */
     if (status != 0 && g->tok_rc == 0) g->tok_rc = -1, srv_error_set(&g->tok_err, SRV_ERR_INTERNAL, NULL, "tokenization cancelled");
     srv_conn_wake(g->conn); /* on_request runs again: srv_gen_resume goes on */
@@ -378,7 +404,7 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
     if (body_len > ASYNC_BODY_BYTES) {
         g->big = body_len > BIG_BODY_BYTES;
         if (g->big && x->big_running >= BIG_LANES) { /* waits for the big-body lane */
-            g->tok_state = TOK_QUEUED;
+            gen_enter(g, GEN_QUEUED);
             if (x->big_tail) x->big_tail->big_next = g;
             else x->big_head = g;
             x->big_tail = g;
@@ -389,7 +415,7 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
             srv_conn_suspend(c);
             return;
         }
-        g->tok_state = TOK_NONE; /* cannot queue: do it here */
+        /* cannot queue: do it here */
     }
     int rc = prepare(x, g, &e);
     srv_conn_release_body(c); /* parsed: its memory goes back to the body budget */
@@ -421,23 +447,31 @@ static void client_identity(srv_ctx *x, srv_conn *c, char *out, size_t cap) {
 
 /* Lengths, sessions (choices 2..n of a prompt fork its state), submission,
  * then the stream's start or a wait for the whole body. */
-static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e) {
-    int n = g->req.n, prompt_lp = !g->chat && g->req.echo && g->req.logprobs;
-    int mt[g->n_prompts];
+/* Step 1: every prompt's length plan (max_tokens against the context). */
+static int plan_lengths(srv_ctx *x, srv_gen *g, int per_prompt, int *mt, srv_error *e) {
     for (int i = 0; i < g->n_prompts; i++) {
-        if (plan_length(x, g, i, prompt_lp ? 1 : n, &mt[i], e) != 0) return -1;
+        if (plan_length(x, g, i, per_prompt, &mt[i], e) != 0) return -1;
         g->prompt_tokens += g->n_ids[i];
     }
+    return 0;
+}
+
+/* Step 2: the client's share of sequences (client_quota.h). */
+static int take_quota(srv_ctx *x, srv_gen *g, int sequences, srv_error *e) {
     client_identity(x, g->conn, g->client, sizeof g->client);
     int held;
-    if (srv_quota_acquire(&x->quota, g->client, g->n_prompts * n, x->cfg.max_sequences_per_client, &held) != 0) {
+    if (srv_quota_acquire(&x->quota, g->client, sequences, x->cfg.max_sequences_per_client, &held) != 0) {
         srv_metrics_add(&x->metrics, SRV_C_REJECTED, 1);
         return srv_error_set(e, SRV_ERR_OVERLOADED, NULL,
                              "this client already has %d sequence(s) running or queued; %d more would pass its limit of %d",
-                             held, g->n_prompts * n, x->cfg.max_sequences_per_client);
+                             held, sequences, x->cfg.max_sequences_per_client);
     }
-    g->quota_held = g->n_prompts * n;
-    uint64_t seed = g->req.has_seed ? g->req.seed : random_seed();
+    g->quota_held = sequences;
+    return 0;
+}
+
+/* Step 3: the choices' text and logprob state. */
+static void init_choices(srv_gen *g, int n) {
     g->n_choices = g->n_prompts * n;
     for (int i = 0; i < g->n_choices; i++) {
         srv_choice *ch = &g->choices[i];
@@ -446,6 +480,12 @@ static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e) {
         ch->echo_pending = !g->chat && g->req.echo;
         if (g->req.logprobs) ch->lp = srv_resp_logprobs_new(g->chat);
     }
+}
+
+/* Step 4: one session per choice; the n choices of a prompt share its
+ * prefill (the first leads, the others follow). */
+static int make_sessions(srv_ctx *x, srv_gen *g, int n, int prompt_lp, const int *mt, srv_error *e) {
+    uint64_t seed = g->req.has_seed ? g->req.seed : random_seed();
     for (int p = 0; p < g->n_prompts; p++) {
         if (mt[p] == 0 && !prompt_lp) {
             for (int k = 0; k < n; k++) choice_done(x, &g->choices[p * n + k], SRV_FINISH_LENGTH);
@@ -465,6 +505,11 @@ static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e) {
             lead->followers[lead->n_followers++] = f;
         }
     }
+    return 0;
+}
+
+/* Step 5: the leading sessions go to the scheduler. */
+static int submit_sessions(srv_ctx *x, srv_gen *g, srv_error *e) {
     for (int i = 0; i < g->n_choices; i++) {
         srv_session *s = g->choices[i].sess;
         if (!s || s->leader) continue;
@@ -474,8 +519,12 @@ static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e) {
                                  x->cfg.max_sessions + x->cfg.queue_len); /* gen_free cancels what was submitted */
         }
     }
-    srv_metrics_add(&x->metrics, SRV_C_PROMPT_TOKENS, (uint64_t)g->prompt_tokens);
-    g->started = 1;
+    return 0;
+}
+
+/* Step 6: the response begins: a stream's head (and chat's role chunks), or
+ * the wait for every choice of a whole response. */
+static void begin_response(srv_ctx *x, srv_gen *g) {
     if (g->req.stream) {
         srv_conn_stream_start(g->conn, 200, "text/event-stream");
         if (g->chat) { /* the first chunk of each choice carries the role */
@@ -486,22 +535,36 @@ static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e) {
         }
         emit(x, g);
     } else if (g->n_done == g->n_choices) {
-        g->complete = 1;
+        gen_enter(g, GEN_COMPLETE);
         srv_gen_resume(x, g->conn, g);
     } else {
         srv_conn_suspend(g->conn);
     }
     g->dirty = 0;
+}
+
+/* A parsed request starts generating: 0, or -1 with e (nothing sent yet). */
+static int start_generation(srv_ctx *x, srv_gen *g, srv_error *e) {
+    int n = g->req.n, prompt_lp = !g->chat && g->req.echo && g->req.logprobs;
+    int mt[g->n_prompts];
+    if (plan_lengths(x, g, prompt_lp ? 1 : n, mt, e) != 0) return -1;
+    if (take_quota(x, g, g->n_prompts * n, e) != 0) return -1;
+    init_choices(g, n);
+    if (make_sessions(x, g, n, prompt_lp, mt, e) != 0) return -1;
+    if (submit_sessions(x, g, e) != 0) return -1;
+    srv_metrics_add(&x->metrics, SRV_C_PROMPT_TOKENS, (uint64_t)g->prompt_tokens);
+    gen_enter(g, GEN_RUNNING);
+    begin_response(x, g);
     return 0;
 }
 
 /* Writes what the choices have for a stream; finishes a complete request. */
 static void emit(srv_ctx *x, srv_gen *g) {
     g->dirty = 0;
-    if (g->complete) return;
+    if (g->state != GEN_RUNNING) return;
     if (!g->req.stream) {
         if (g->n_done == g->n_choices) {
-            g->complete = 1;
+            gen_enter(g, GEN_COMPLETE);
             srv_conn_wake(g->conn);
         }
         return;
@@ -518,7 +581,7 @@ static void emit(srv_ctx *x, srv_gen *g) {
         srv_buf_free(&out);
         srv_log(SRV_LOG_ERROR, "%s: out of memory building stream events; ending the stream", g->id);
         for (int i = 0; i < g->n_choices; i++) choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED);
-        g->complete = 1;
+        gen_enter(g, GEN_COMPLETE);
         srv_conn_write(g->conn, oom, sizeof oom - 1);
         srv_conn_end(g->conn);
         return;
@@ -532,42 +595,45 @@ static void emit(srv_ctx *x, srv_gen *g) {
             srv_resp_usage_chunk(g, &out);
         }
         srv_buf_puts(&out, "data: [DONE]\n\n");
-        g->complete = 1;
+        gen_enter(g, GEN_COMPLETE);
     }
     if (out.len) srv_conn_write(g->conn, out.p, out.len);
-    if (g->complete) srv_conn_end(g->conn);
+    if (g->state == GEN_COMPLETE) srv_conn_end(g->conn);
     srv_buf_free(&out);
-    if (!g->complete && !g->paused && srv_conn_unsent(g->conn) > STREAM_UNSENT_MAX) set_paused(x, g, 1);
+    if (g->state == GEN_RUNNING && !g->paused && srv_conn_unsent(g->conn) > STREAM_UNSENT_MAX) set_paused(x, g, 1);
 }
 
 static void srv_gen_drained(srv_ctx *x, srv_gen *g) {
     if (g->paused) set_paused(x, g, 0);
 }
 
+/* The pool's result is in: start generating, or answer the error. */
+static void start_parsed(srv_ctx *x, srv_gen *g) {
+    srv_error e = {0};
+    if (g->err.kind != SRV_ERR_NONE) e = g->err;
+    else if (g->tok_rc != 0) e = g->tok_err;
+    if (e.kind != SRV_ERR_NONE || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
+}
+
+/* The connection was woken (or MHD asks again): act on the request's state. */
 static void srv_gen_resume(srv_ctx *x, srv_conn *c, srv_gen *g) {
-    if (g->tok_state == TOK_QUEUED && g->err.kind != SRV_ERR_NONE) unqueue_big(x, g); /* drained while waiting: never parsed */
-    if (g->tok_state == TOK_RUNNING || g->tok_state == TOK_QUEUED) {
-        if (g->err.kind != SRV_ERR_NONE) { /* drained while tokenizing */
-            g->complete = 1;
-            srv_reply_error(x, c, &g->err);
-            return;
-        }
-        srv_conn_suspend(c);
+    switch (g->state) {
+    case GEN_QUEUED:
+        if (g->err.kind == SRV_ERR_NONE) return srv_conn_suspend(c);
+        unqueue_big(x, g); /* drained while waiting for its lane: never parsed */
+        return fail_request(x, g, &g->err);
+    case GEN_PARSING: /* the pool holds it; an error (draining) is answered when it is back */
+        return srv_conn_suspend(c);
+    case GEN_PARSED:
+        return start_parsed(x, g);
+    case GEN_RUNNING:
+        return srv_conn_suspend(c); /* woken early: keep waiting */
+    case GEN_COMPLETE:
+        break;
+    default: /* NEW, FAILED, ABORTED, ORPHANED: nothing to send */
         return;
     }
-    if (g->tok_state == TOK_DONE && !g->started && !g->failed) {
-        g->tok_state = TOK_NONE;
-        srv_error e = {0};
-        if (g->err.kind != SRV_ERR_NONE) e = g->err;
-        else if (g->tok_rc != 0) e = g->tok_err;
-        if (e.kind != SRV_ERR_NONE || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
-        return;
-    }
-    if (g->failed) return;
-    if (!g->complete) {
-        srv_conn_suspend(c); /* woken early: keep waiting */
-        return;
-    }
+    if (g->req.stream) return; /* the stream's end was written */
     if (g->err.kind != SRV_ERR_NONE) {
         srv_reply_error(x, c, &g->err);
         return;
@@ -672,39 +738,49 @@ void srv_gen_on_wake(uv_async_t *a) {
 void srv_gen_keepalive(srv_ctx *x) {
     static const char comment[] = ": keep-alive\n\n";
     for (srv_gen *g = x->gens; g; g = g->next)
-        if (g->req.stream && !g->complete && srv_conn_idle(g->conn) >= x->cfg.keepalive_seconds)
+        if (g->req.stream && g->state == GEN_RUNNING && srv_conn_idle(g->conn) >= x->cfg.keepalive_seconds)
             srv_conn_write(g->conn, comment, sizeof comment - 1);
 }
 
 void srv_gen_cancel_all(srv_ctx *x) {
     for (srv_gen *g = x->gens; g; g = g->next) {
-        if (g->complete) continue;
+        if (gen_settled(g)) continue;
         if (g->err.kind == SRV_ERR_NONE) srv_error_set(&g->err, SRV_ERR_DRAINING, NULL, "the server is shutting down");
+        if (g->state != GEN_RUNNING) { /* queued or parsing: resume answers the error */
+            srv_conn_wake(g->conn);
+            continue;
+        }
         for (int i = 0; i < g->n_choices; i++) choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED);
         emit(x, g);
     }
 }
 
+/* The client left. */
 static void srv_gen_abort(srv_ctx *x, srv_gen *g) {
-    g->aborted = 1;
+    if (g->state == GEN_PARSING || g->state == GEN_PARSED || g->state == GEN_NEW) {
+        /* nothing runs yet: when the pool is done, the request fails */
+        if (g->err.kind == SRV_ERR_NONE) srv_error_set(&g->err, SRV_ERR_INTERNAL, NULL, "the client went away");
+        return;
+    }
+    if (g->state == GEN_QUEUED) unqueue_big(x, g);
     int live = 0;
     for (int i = 0; i < g->n_choices; i++)
         if (!g->choices[i].done) live++, choice_done(x, &g->choices[i], SRV_FINISH_CANCELLED);
     if (live) srv_metrics_add(&x->metrics, SRV_C_CANCELLED, (uint64_t)live);
-    g->complete = 1;
+    if (g->state != GEN_ORPHANED) gen_enter(g, GEN_ABORTED);
 }
 
 static void srv_gen_close(srv_ctx *x, srv_gen *g) {
-    if (!g->aborted && !g->failed) {
+    if (g->state == GEN_RUNNING || g->state == GEN_COMPLETE) {
         int tokens = 0;
         for (int i = 0; i < g->n_choices; i++) tokens += g->choices[i].n_tokens;
         srv_metrics_add(&x->metrics, SRV_C_COMPLETION_TOKENS, (uint64_t)tokens);
         srv_metrics_observe(&x->metrics, SRV_H_E2E, srv_now() - g->t_start);
     }
     unlink_gen(x, g);
-    if (g->tok_state == TOK_QUEUED) unqueue_big(x, g);
-    if (g->tok_state == TOK_RUNNING) { /* the thread pool still writes g: tokenize_done frees it */
-        g->close_pending = 1;
+    if (g->state == GEN_QUEUED) unqueue_big(x, g);
+    if (g->state == GEN_PARSING) { /* the thread pool still writes g: tokenize_done frees it */
+        gen_enter(g, GEN_ORPHANED);
         return;
     }
     gen_free(g);

@@ -33,6 +33,32 @@ typedef struct srv_choice {
     double t_last;            /* when its last token was sampled */
 } srv_choice;
 
+/* A generation request's life (docs/architecture.md, "A request's states"):
+ *
+ *   NEW -----------------------------------> RUNNING --> COMPLETE
+ *    |  \--> QUEUED --> PARSING --> PARSED --^     \
+ *    |           \          \         \            \--> ABORTED (the client left)
+ *    \------------\----------\---------\-> FAILED (an error answered before generating)
+ *                             \--> ORPHANED (the connection closed while the pool held it)
+ *
+ * Small bodies go from NEW straight to RUNNING (or FAILED) on the loop;
+ * bodies over 16 KiB are parsed and tokenized on the thread pool (PARSING),
+ * big ones first wait for their lane (QUEUED). Whatever the state, the
+ * connection's close frees the request, except in PARSING, where the pool
+ * still writes it: then it is ORPHANED and freed when the pool is done. */
+typedef enum {
+    GEN_NEW = 0,   /* attached to its connection; the body not yet parsed */
+    GEN_QUEUED,    /* a big body waiting for the pool's big-body lane */
+    GEN_PARSING,   /* its body parsed and tokenized on the thread pool, which holds it */
+    GEN_PARSED,    /* back from the pool: the next resume starts or fails it */
+    GEN_RUNNING,   /* sessions submitted: streaming, or waiting for every choice */
+    GEN_COMPLETE,  /* every choice done: the stream ended, or the whole response ready */
+    GEN_FAILED,    /* answered with an error before generating */
+    GEN_ABORTED,   /* its client left: its sessions were cancelled */
+    GEN_ORPHANED,  /* its connection closed while the pool held it */
+    GEN__STATES
+} srv_gen_state;
+
 struct srv_gen {
     srv_ctx *x;
     srv_conn *conn;
@@ -46,20 +72,15 @@ struct srv_gen {
     int prompt_tokens;
     srv_choice *choices;
     int n_choices, n_done;
-    int complete;             /* every choice done and the end written (streaming) or ready (non-streaming) */
-    srv_error err;            /* err.kind != NONE: the request ended in this error */
-    int aborted;
-    int dirty;
-    int failed;               /* answered with an error before generating */
-    int paused;               /* its client is not reading: sessions paused (backpressure) */
-    int started;              /* sessions submitted */
-    enum { TOK_NONE = 0, TOK_QUEUED, TOK_RUNNING, TOK_DONE } tok_state; /* prompts tokenizing on the thread pool */
-    int big;                  /* a body for the big-body lane (generate.c) */
-    srv_gen *big_next;        /* in x->big_head's queue while TOK_QUEUED */
+    srv_gen_state state;      /* where the request is (gen_enter checks each transition) */
+    srv_error err;            /* err.kind != NONE: the request ends in this error */
+    int dirty;                /* RUNNING: has news for its client (emit) */
+    int paused;               /* RUNNING: its client is not reading: sessions paused (backpressure) */
+    int big;                  /* a body for the big-body lane */
+    srv_gen *big_next;        /* in x->big_head's queue while QUEUED */
     uv_work_t tok_work;
-    int tok_rc;
+    int tok_rc;               /* PARSED: the pool's result, tok_err when -1 */
     srv_error tok_err;
-    int close_pending;        /* the connection closed while tokenizing: free when done */
     char client[SRV_CLIENT_KEY_LEN]; /* who it counts against (client_quota.h) */
     int quota_held;           /* sequences it holds of that client's quota */
     srv_buf events;           /* streaming: SSE events built token by token, not yet written */

@@ -74,6 +74,10 @@ stop_server() {
     if grep -q "Sanitizer" "${!logvar}" 2>/dev/null; then
         fail "server $1: sanitizer report" "$(grep -A 12 Sanitizer "${!logvar}" | head -n 30)"
     fi
+    # A state change the request's table does not allow (server/generate.c gen_enter).
+    if grep -q " bug: " "${!logvar}" 2>/dev/null; then
+        fail "server $1: logged a bug" "$(grep " bug: " "${!logvar}" | head -n 5)"
+    fi
 }
 
 # metric URL NAME: a metric's value from /metrics (first line that matches exactly).
