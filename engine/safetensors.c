@@ -180,99 +180,90 @@ static int st_parse_entry(st_file *f, st_tensor *t, const json_t *v, size_t data
     return 0;
 }
 
-int latent_st_file_open(st_file *f, const char *path, latent_err *err) {
-    memset(f, 0, sizeof *f);
-    f->path = strdup(path);
-    if (!f->path) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
-    json_t *root = NULL;
-    st_span *spans = NULL;
+/* Maps the file at path into f (private and writable: tensors used in place
+ * stay copy-on-write, so a trainer may update them without touching the
+ * file). 0, or -1 with err set. */
+static int st_map(st_file *f, const char *path, latent_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        latent_err_set(err, LATENT_E_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
+    if (fd < 0) return latent_err_set(err, LATENT_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat stt;
+    int rc = -1;
     if (fstat(fd, &stt) != 0) {
         latent_err_set(err, LATENT_E_IO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        goto fail;
-    }
-    if (!S_ISREG(stt.st_mode)) {
+    } else if (!S_ISREG(stt.st_mode)) {
         latent_err_set(err, LATENT_E_FORMAT, "%s: not a regular file", path);
-        close(fd);
-        goto fail;
-    }
-    size_t size = (size_t)stt.st_size;
-    if (size < 8) {
+    } else if ((size_t)stt.st_size < 8) {
         latent_err_set(err, LATENT_E_FORMAT, "%s: file is %zu bytes, too short for a safetensors header (8-byte length "
                        "then JSON); truncated?",
-                       path, size);
-        close(fd);
-        goto fail;
+                       path, (size_t)stt.st_size);
+    } else {
+        rc = 0;
     }
-    /* Private and writable: tensors used in place stay copy-on-write, so a
-     * trainer may update them without touching the file. */
+    if (rc != 0) {
+        close(fd);
+        return rc;
+    }
+    size_t size = (size_t)stt.st_size;
     void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (map == MAP_FAILED) {
-        latent_err_set(err, LATENT_E_IO, "%s: mmap failed: %s", path, strerror(errno));
-        goto fail;
-    }
+    if (map == MAP_FAILED) return latent_err_set(err, LATENT_E_IO, "%s: mmap failed: %s", path, strerror(errno));
     f->map = map;
     f->map_len = size;
     madvise(map, size, MADV_WILLNEED); /* readers stream through it once; advice only */
+    return 0;
+}
 
-    const unsigned char *p = map;
+/* The mapped file's header: its length (8 bytes, little-endian) sets
+ * f->data_start; the JSON object after it, or NULL with err set. */
+static json_t *st_header(st_file *f, const char *path, latent_err *err) {
+    const unsigned char *p = f->map;
+    size_t size = f->map_len;
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i];
     if (hlen > size - 8) {
         latent_err_set(err, LATENT_E_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes); "
                        "truncated or not a safetensors file",
                        path, (unsigned long long)hlen, size);
-        goto fail;
+        return NULL;
     }
     if (hlen > ST_MAX_HEADER || hlen < 2) {
         latent_err_set(err, LATENT_E_FORMAT, "%s: header length %llu is not plausible (2 .. %llu bytes)", path,
                        (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
-        goto fail;
+        return NULL;
     }
     f->data_start = 8 + (size_t)hlen;
-    size_t data_len = size - f->data_start;
-
     json_error_t jerr;
-    root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb((const char *)p + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         latent_err_set(err, LATENT_E_FORMAT, "%s: header is not valid JSON: %s (at byte %d of the header)", path,
                        jerr.text, jerr.position);
-        goto fail;
+        return NULL;
     }
     if (!json_is_object(root)) {
         latent_err_set(err, LATENT_E_FORMAT, "%s: header is not a JSON object", path);
-        goto fail;
+        json_decref(root);
+        return NULL;
     }
-    size_t n = json_object_size(root);
-    f->tensors = calloc(n ? n : 1, sizeof *f->tensors);
-    spans = calloc(n ? n : 1, sizeof *spans);
-    if (!f->tensors || !spans) {
-        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
-        goto fail;
-    }
+    return root;
+}
+
+/* Every tensor entry of the header into f->tensors, its bytes into spans
+ * (calloc'd, one per tensor), then: no two tensors may share bytes (empty
+ * tensors occupy none). 0, or -1 with err set. */
+static int st_parse_tensors(st_file *f, const char *path, json_t *root, st_span *spans, latent_err *err) {
+    size_t data_len = f->map_len - f->data_start;
     const char *key;
     json_t *val;
     json_object_foreach(root, key, val) {
         if (strcmp(key, "__metadata__") == 0) continue;
         st_tensor *t = &f->tensors[f->n_tensors];
         t->name = strdup(key);
-        if (!t->name) {
-            latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
-            goto fail;
-        }
+        if (!t->name) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
         f->n_tensors++;
         size_t begin = 0;
-        if (st_parse_entry(f, t, val, data_len, &begin, err) < 0) goto fail;
+        if (st_parse_entry(f, t, val, data_len, &begin, err) < 0) return -1;
         spans[f->n_tensors - 1] = (st_span){begin, begin + t->nbytes, f->n_tensors - 1};
     }
-    /* No two tensors may share bytes (empty tensors occupy none). */
     int ns = 0;
     for (int i = 0; i < f->n_tensors; i++)
         if (spans[i].end > spans[i].begin) spans[ns++] = spans[i];
@@ -280,13 +271,30 @@ int latent_st_file_open(st_file *f, const char *path, latent_err *err) {
     for (int i = 1; i < ns; i++) {
         if (spans[i].begin < spans[i - 1].end) {
             const st_span *a = &spans[i - 1], *b = &spans[i];
-            latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": data_offsets [%zu, %zu] overlap tensor \"%s\" "
-                           "[%zu, %zu]",
-                           path, f->tensors[b->idx].name, b->begin, b->end,
-                           f->tensors[a->idx].name, a->begin, a->end);
-            goto fail;
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": data_offsets [%zu, %zu] overlap tensor \"%s\" "
+                                  "[%zu, %zu]",
+                                  path, f->tensors[b->idx].name, b->begin, b->end,
+                                  f->tensors[a->idx].name, a->begin, a->end);
         }
     }
+    return 0;
+}
+
+int latent_st_file_open(st_file *f, const char *path, latent_err *err) {
+    memset(f, 0, sizeof *f);
+    f->path = strdup(path);
+    if (!f->path) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
+    json_t *root = NULL;
+    st_span *spans = NULL;
+    if (st_map(f, path, err) != 0 || !(root = st_header(f, path, err))) goto fail;
+    size_t n = json_object_size(root);
+    f->tensors = calloc(n ? n : 1, sizeof *f->tensors);
+    spans = calloc(n ? n : 1, sizeof *spans);
+    if (!f->tensors || !spans) {
+        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    if (st_parse_tensors(f, path, root, spans, err) != 0) goto fail;
     free(spans);
     json_decref(root);
     return 0;
@@ -341,21 +349,21 @@ static int st_fsync_dir(const char *path) {
     return rc;
 }
 
-int latent_st_write(const char *path, int n, const char *const *names, const float *const *data,
-             const int *ndims, const int64_t (*shapes)[ST_MAX_DIMS], st_dtype dtype,
-             latent_err *err) {
-    if (dtype != ST_F32 && dtype != ST_BF16)
-        return latent_err_set(err, LATENT_E_UNSUPPORTED, "%s: can only write F32 or BF16 (asked for %s)", path,
-                              latent_st_dtype_name(dtype));
+/* The header of latent_st_write's file: compact JSON naming each tensor's
+ * dtype, shape and data_offsets, tensors back to back in the order given.
+ * malloc'd, or NULL with err set. */
+static char *st_header_text(const char *path, int n, const char *const *names, const int *ndims,
+                            const int64_t (*shapes)[ST_MAX_DIMS], st_dtype dtype, latent_err *err) {
     size_t esz = st_dtype_size(dtype);
     json_t *hdr = json_object();
-    if (!hdr) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
+    if (!hdr) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path), NULL;
     json_object_set_new(hdr, "__metadata__", json_pack("{s:s}", "format", "pt"));
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         if (ndims[i] < 0 || ndims[i] > ST_MAX_DIMS) {
             json_decref(hdr);
-            return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": %d dimensions", path, names[i], ndims[i]);
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": %d dimensions", path, names[i], ndims[i]),
+                   NULL;
         }
         json_t *shape = json_array();
         size_t numel = 1;
@@ -369,14 +377,56 @@ int latent_st_write(const char *path, int n, const char *const *names, const flo
             json_decref(e);
             json_decref(hdr);
             return latent_err_set(err, LATENT_E_FORMAT, "%s: tensor \"%s\": %s", path, names[i],
-                                  e ? "written twice" : "out of memory");
+                                  e ? "written twice" : "out of memory"),
+                   NULL;
         }
         json_object_set_new(hdr, names[i], e);
         off += numel * esz;
     }
     char *text = json_dumps(hdr, JSON_COMPACT);
     json_decref(hdr);
-    if (!text) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
+    if (!text) latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
+    return text;
+}
+
+/* The tensors' data to fd in dtype (F32 or BF16, little-endian), through
+ * buf (1 MiB). 0, or -1 with errno set. */
+static int st_write_data(int fd, int n, const float *const *data, const int *ndims,
+                         const int64_t (*shapes)[ST_MAX_DIMS], st_dtype dtype, unsigned char *buf) {
+    const size_t chunk = (1 << 20) / 4; /* elements per buffer */
+    for (int i = 0; i < n; i++) {
+        size_t numel = 1;
+        for (int k = 0; k < ndims[i]; k++) numel *= (size_t)shapes[i][k];
+        for (size_t s = 0; s < numel; s += chunk) {
+            size_t m = numel - s < chunk ? numel - s : chunk;
+            const float *src = data[i] + s;
+            if (dtype == ST_F32) {
+                for (size_t j = 0; j < m; j++) {
+                    uint32_t u;
+                    memcpy(&u, &src[j], 4);
+                    for (int b = 0; b < 4; b++) buf[4 * j + b] = (unsigned char)(u >> (8 * b));
+                }
+            } else {
+                for (size_t j = 0; j < m; j++) {
+                    uint16_t h = st_float_to_bf16(src[j]);
+                    buf[2 * j] = (unsigned char)h;
+                    buf[2 * j + 1] = (unsigned char)(h >> 8);
+                }
+            }
+            if (st_write_all(fd, buf, m * st_dtype_size(dtype)) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+int latent_st_write(const char *path, int n, const char *const *names, const float *const *data,
+             const int *ndims, const int64_t (*shapes)[ST_MAX_DIMS], st_dtype dtype,
+             latent_err *err) {
+    if (dtype != ST_F32 && dtype != ST_BF16)
+        return latent_err_set(err, LATENT_E_UNSUPPORTED, "%s: can only write F32 or BF16 (asked for %s)", path,
+                              latent_st_dtype_name(dtype));
+    char *text = st_header_text(path, n, names, ndims, shapes, dtype, err);
+    if (!text) return -1;
     size_t tlen = strlen(text);
     size_t hlen = (tlen + 7) & ~(size_t)7; /* data section 8-byte aligned: pad with spaces */
 
@@ -400,29 +450,7 @@ int latent_st_write(const char *path, int n, const char *const *names, const flo
     if (st_write_all(fd, len8, 8) < 0 || st_write_all(fd, text, tlen) < 0) goto io_fail;
     for (size_t i = tlen; i < hlen; i++)
         if (st_write_all(fd, " ", 1) < 0) goto io_fail;
-    const size_t chunk = (1 << 20) / 4; /* elements per buffer */
-    for (int i = 0; i < n; i++) {
-        size_t numel = 1;
-        for (int k = 0; k < ndims[i]; k++) numel *= (size_t)shapes[i][k];
-        for (size_t s = 0; s < numel; s += chunk) {
-            size_t m = numel - s < chunk ? numel - s : chunk;
-            const float *src = data[i] + s;
-            if (dtype == ST_F32) {
-                for (size_t j = 0; j < m; j++) {
-                    uint32_t u;
-                    memcpy(&u, &src[j], 4);
-                    for (int b = 0; b < 4; b++) buf[4 * j + b] = (unsigned char)(u >> (8 * b));
-                }
-            } else {
-                for (size_t j = 0; j < m; j++) {
-                    uint16_t h = st_float_to_bf16(src[j]);
-                    buf[2 * j] = (unsigned char)h;
-                    buf[2 * j + 1] = (unsigned char)(h >> 8);
-                }
-            }
-            if (st_write_all(fd, buf, m * esz) < 0) goto io_fail;
-        }
-    }
+    if (st_write_data(fd, n, data, ndims, shapes, dtype, buf) != 0) goto io_fail;
     if (fsync(fd) != 0) goto io_fail;
     if (close(fd) != 0) {
         fd = -1;

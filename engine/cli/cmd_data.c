@@ -69,94 +69,107 @@ static void show_record(const latent_dataset *d, int r) {
     printf("\n");
 }
 
-int cmd_data(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fputs(help, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
+typedef struct {
     latent_task t;
-    if (!strcmp(argv[1], "group")) latent_task_defaults(&t, LATENT_TASK_GROUP);
-    else if (!strcmp(argv[1], "s5-retrieval")) latent_task_defaults(&t, LATENT_TASK_S5R);
-    else if (!strcmp(argv[1], "var-assign")) latent_task_defaults(&t, LATENT_TASK_VAR);
+    const char *out, *tok_out, *group, *seed_arg;
+    int n_records, record_len, show, len, depth;
+    long seed;
+} data_args;
+
+/* The options of t's kind (lengths, --group, dictionary, depths): 1 when
+ * argv[*i] was one (*bad set when its value was not good), else 0. */
+static int task_opt(int argc, char **argv, int *i, data_args *a, int *bad) {
+    latent_task *t = &a->t;
+    if (!strcmp(argv[*i], "--final-only") && t->kind == LATENT_TASK_GROUP) { t->final_only = 1; return 1; }
+    if (t->kind == LATENT_TASK_GROUP && cli_opt(argc, argv, i, "--group", &a->group)) return 1;
+    if (t->kind != LATENT_TASK_VAR &&
+        (opt_int(argc, argv, i, "--min-len", 1, 100000, &t->min_len, bad) ||
+         opt_int(argc, argv, i, "--max-len", 1, 100000, &t->max_len, bad) ||
+         opt_int(argc, argv, i, "--len", 1, 100000, &a->len, bad)))
+        return 1;
+    if (t->kind == LATENT_TASK_S5R &&
+        (opt_int(argc, argv, i, "--dict-size", 0, 120, &t->dict_size, bad) ||
+         opt_int(argc, argv, i, "--value-len", 1, 16, &t->value_len, bad) ||
+         opt_int(argc, argv, i, "--n-values", 2, 62, &t->n_values, bad)))
+        return 1;
+    if (t->kind == LATENT_TASK_VAR &&
+        (opt_int(argc, argv, i, "--min-depth", 0, 200, &t->min_depth, bad) ||
+         opt_int(argc, argv, i, "--max-depth", 0, 200, &t->max_depth, bad) ||
+         opt_int(argc, argv, i, "--depth", 0, 200, &a->depth, bad) ||
+         opt_int(argc, argv, i, "--n-base", 1, 200, &t->n_base, bad) ||
+         opt_int(argc, argv, i, "--distractors", 0, 200, &t->n_distractors, bad)))
+        return 1;
+    return 0;
+}
+
+/* What the options imply once all are read: --len, --depth, --group, the
+ * seed and what is required. 0, or cli_fail's code. */
+static int finish_args(data_args *a) {
+    latent_task *t = &a->t;
+    if (a->len) t->min_len = t->max_len = a->len;
+    if (a->depth >= 0) t->min_depth = t->max_depth = a->depth;
+    const char *group = a->group;
+    if (group) {
+        if (!strcmp(group, "parity")) t->group = 'z', t->n = 2;
+        else if ((group[0] == 'z' || group[0] == 's') && group[1]) {
+            long n;
+            if (cli_parse_long(group + 1, 2, 4096, &n) != 0) return cli_fail("data: bad --group '%s'", group);
+            t->group = group[0], t->n = (int)n;
+        } else {
+            return cli_fail("data: --group must be parity, zN, s3, s4, s5 or s6 (got '%s')", group);
+        }
+    }
+    if (!a->out && !a->tok_out) return cli_fail("data: --out PREFIX (or --tokenizer-out DIR) is required");
+    if (a->out && !a->seed_arg) return cli_fail("data: --seed S is required");
+    if (a->seed_arg && cli_parse_long(a->seed_arg, 0, __LONG_MAX__, &a->seed) != 0)
+        return cli_fail("data: --seed must be a non-negative integer (got '%s')", a->seed_arg);
+    if (a->out && a->n_records < 1) return cli_fail("data: --n-records N is required");
+    return 0;
+}
+
+/* 0 to run, 1 when --help printed, 2 (cli_fail's code) on bad usage. */
+static int parse_args(int argc, char **argv, data_args *a) {
+    *a = (data_args){.depth = -1};
+    latent_task *t = &a->t;
+    if (!strcmp(argv[1], "group")) latent_task_defaults(t, LATENT_TASK_GROUP);
+    else if (!strcmp(argv[1], "s5-retrieval")) latent_task_defaults(t, LATENT_TASK_S5R);
+    else if (!strcmp(argv[1], "var-assign")) latent_task_defaults(t, LATENT_TASK_VAR);
     else {
         fputs(help, stderr);
         return cli_fail("data: unknown task '%s' (group, s5-retrieval, var-assign)", argv[1]);
     }
-    const char *out = NULL, *tok_out = NULL, *group = NULL, *seed_arg = NULL;
-    int n_records = 0, record_len = 0, show = 0, len = 0, depth = -1, bad = 0;
+    int bad = 0;
     for (int i = 2; i < argc && !bad; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(help, stdout);
-            return 0;
+            return 1;
         }
-        if (!strcmp(argv[i], "--final-only") && t.kind == LATENT_TASK_GROUP) { t.final_only = 1; continue; }
-        if (cli_opt(argc, argv, &i, "--out", &out) || cli_opt(argc, argv, &i, "--tokenizer-out", &tok_out) ||
-            cli_opt(argc, argv, &i, "--seed", &seed_arg))
+        if (cli_opt(argc, argv, &i, "--out", &a->out) || cli_opt(argc, argv, &i, "--tokenizer-out", &a->tok_out) ||
+            cli_opt(argc, argv, &i, "--seed", &a->seed_arg))
             continue;
-        if (t.kind == LATENT_TASK_GROUP && cli_opt(argc, argv, &i, "--group", &group)) continue;
-        if (opt_int(argc, argv, &i, "--n-records", 1, 1L << 30, &n_records, &bad) ||
-            opt_int(argc, argv, &i, "--record-len", 2, 1L << 24, &record_len, &bad) ||
-            opt_int(argc, argv, &i, "--show", 0, 1000, &show, &bad))
-            continue;
-        if (t.kind != LATENT_TASK_VAR &&
-            (opt_int(argc, argv, &i, "--min-len", 1, 100000, &t.min_len, &bad) ||
-             opt_int(argc, argv, &i, "--max-len", 1, 100000, &t.max_len, &bad) ||
-             opt_int(argc, argv, &i, "--len", 1, 100000, &len, &bad)))
-            continue;
-        if (t.kind == LATENT_TASK_S5R &&
-            (opt_int(argc, argv, &i, "--dict-size", 0, 120, &t.dict_size, &bad) ||
-             opt_int(argc, argv, &i, "--value-len", 1, 16, &t.value_len, &bad) ||
-             opt_int(argc, argv, &i, "--n-values", 2, 62, &t.n_values, &bad)))
-            continue;
-        if (t.kind == LATENT_TASK_VAR &&
-            (opt_int(argc, argv, &i, "--min-depth", 0, 200, &t.min_depth, &bad) ||
-             opt_int(argc, argv, &i, "--max-depth", 0, 200, &t.max_depth, &bad) ||
-             opt_int(argc, argv, &i, "--depth", 0, 200, &depth, &bad) ||
-             opt_int(argc, argv, &i, "--n-base", 1, 200, &t.n_base, &bad) ||
-             opt_int(argc, argv, &i, "--distractors", 0, 200, &t.n_distractors, &bad)))
+        if (opt_int(argc, argv, &i, "--n-records", 1, 1L << 30, &a->n_records, &bad) ||
+            opt_int(argc, argv, &i, "--record-len", 2, 1L << 24, &a->record_len, &bad) ||
+            opt_int(argc, argv, &i, "--show", 0, 1000, &a->show, &bad) || task_opt(argc, argv, &i, a, &bad))
             continue;
         fputs(help, stderr);
         return cli_fail("data: unknown option '%s' for %s", argv[i], argv[1]);
     }
     if (bad) return 2;
-    if (len) t.min_len = t.max_len = len;
-    if (depth >= 0) t.min_depth = t.max_depth = depth;
-    if (group) {
-        if (!strcmp(group, "parity")) t.group = 'z', t.n = 2;
-        else if ((group[0] == 'z' || group[0] == 's') && group[1]) {
-            long n;
-            if (cli_parse_long(group + 1, 2, 4096, &n) != 0) return cli_fail("data: bad --group '%s'", group);
-            t.group = group[0], t.n = (int)n;
-        } else {
-            return cli_fail("data: --group must be parity, zN, s3, s4, s5 or s6 (got '%s')", group);
-        }
-    }
-    if (!out && !tok_out) return cli_fail("data: --out PREFIX (or --tokenizer-out DIR) is required");
-    long seed = 0;
-    if (out && !seed_arg) return cli_fail("data: --seed S is required");
-    if (seed_arg && cli_parse_long(seed_arg, 0, __LONG_MAX__, &seed) != 0)
-        return cli_fail("data: --seed must be a non-negative integer (got '%s')", seed_arg);
-    if (out && n_records < 1) return cli_fail("data: --n-records N is required");
+    return finish_args(a);
+}
 
+/* Generates the records, prints the first --show of them, and writes the
+ * PREFIX files. 0, or 1 after saying why. */
+static int write_dataset(const data_args *a) {
     latent_err err;
-    if (latent_task_check(&t, &err) != 0) return cli_fail("%s", err.msg);
-    if (tok_out) {
-        if (latent_task_write_tokenizer(&t, tok_out, &err) != 0) {
-            cli_fail("%s", err.msg);
-            return 1;
-        }
-        fprintf(stderr, "latent: data: wrote %s/tokenizer.json (%d tokens: pad 0, bos 1, eos 2)\n", tok_out,
-                latent_task_vocab_size(&t));
-    }
-    if (!out) return 0;
     latent_dataset d;
-    if (latent_data_generate(&t, (uint64_t)seed, n_records, record_len, &d, &err) != 0) {
+    if (latent_data_generate(&a->t, (uint64_t)a->seed, a->n_records, a->record_len, &d, &err) != 0) {
         cli_fail("%s", err.msg);
         return 1;
     }
-    for (int r = 0; r < show && r < d.n_records; r++) show_record(&d, r);
+    for (int r = 0; r < a->show && r < d.n_records; r++) show_record(&d, r);
     int rc = 0;
-    if (latent_dataset_save(&d, out, &err) != 0) {
+    if (latent_dataset_save(&d, a->out, &err) != 0) {
         cli_fail("%s", err.msg);
         rc = 1;
     } else {
@@ -164,10 +177,33 @@ int cmd_data(int argc, char **argv) {
         for (int64_t i = 0; i < d.n_tokens; i++) scored += d.mask[i];
         char g[16];
         fprintf(stderr, "latent: data: wrote %s.{bin,mask%s%s,json}: %s%s%s, %d records of %d tokens, %lld scored targets, "
-                "vocabulary %d\n", out, d.labels ? ",labels" : "", d.flow ? ",flow" : "", latent_task_kind_name(t.kind),
-                t.kind == LATENT_TASK_GROUP ? " " : "", latent_task_group_name(&t, g, sizeof g), d.n_records,
-                d.record_len, (long long)scored, latent_task_vocab_size(&t));
+                "vocabulary %d\n", a->out, d.labels ? ",labels" : "", d.flow ? ",flow" : "", latent_task_kind_name(a->t.kind),
+                a->t.kind == LATENT_TASK_GROUP ? " " : "", latent_task_group_name(&a->t, g, sizeof g), d.n_records,
+                d.record_len, (long long)scored, latent_task_vocab_size(&a->t));
     }
     latent_dataset_free(&d);
     return rc;
+}
+
+int cmd_data(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(help, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    data_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc) return prc == 1 ? 0 : prc;
+
+    latent_err err;
+    if (latent_task_check(&a.t, &err) != 0) return cli_fail("%s", err.msg);
+    if (a.tok_out) {
+        if (latent_task_write_tokenizer(&a.t, a.tok_out, &err) != 0) {
+            cli_fail("%s", err.msg);
+            return 1;
+        }
+        fprintf(stderr, "latent: data: wrote %s/tokenizer.json (%d tokens: pad 0, bos 1, eos 2)\n", a.tok_out,
+                latent_task_vocab_size(&a.t));
+    }
+    if (!a.out) return 0;
+    return write_dataset(&a);
 }

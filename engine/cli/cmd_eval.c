@@ -234,6 +234,70 @@ static void record_entries(const latent_dataset *d, int r, latent_seq *seq, int 
                                                 .logits = LATENT_LOGITS_ALL, .out = out + (size_t)f * V};
 }
 
+/* The batched run's buffers: `batch` record slots of L positions. */
+typedef struct {
+    latent_engine *eng;
+    latent_kv_pool pool;
+    latent_seq *seqs;         /* (batch) */
+    latent_batch_entry *ents; /* (2, batch): the prompt entries, then the generated ones */
+    float *logits;            /* (batch, L, V) */
+    latent_target *tg;        /* (batch, L) */
+    int *n_tg;                /* (batch) */
+} eval_bufs;
+
+/* The table's rows: a first pass over the targets finds the largest bucket;
+ * the width from --bucket-width or about 8 rows. 0, or -1 (out of memory). */
+static int size_buckets(const latent_dataset *d, int n_rec, latent_target *tg, tally *y) {
+    const int L = d->record_len;
+    int max_bucket = 0;
+    for (int r = 0; r < n_rec; r++) {
+        int n = latent_task_targets(d, r, tg, L);
+        for (int k = 0; k < n && k < L; k++)
+            if (tg[k].bucket > max_bucket) max_bucket = tg[k].bucket;
+    }
+    if (!y->width) y->width = d->task.kind == LATENT_TASK_VAR ? 1 : (max_bucket + 7) / 8 > 0 ? (max_bucket + 7) / 8 : 1;
+    y->n_rows = max_bucket / (int)y->width + 1;
+    return (y->tab = calloc((size_t)y->n_rows * y->n_kinds, sizeof *y->tab)) ? 0 : -1;
+}
+
+/* Records r0 .. r0+nb-1 in one batch: their prompt parts in one step, the
+ * rest in a second, then each scored into y. 0, or 1 after saying why. */
+static int eval_batch(const eval_args *a, const latent_dataset *d, const latent_model *m, eval_bufs *e, tally *y,
+                      int r0, int nb) {
+    latent_err err;
+    const int L = d->record_len, V = m->cfg.vocab;
+    int ne[2] = {0, 0};
+    latent_batch_entry *step[2] = {e->ents, e->ents + a->batch};
+    for (int b = 0; b < nb; b++) {
+        latent_target *tb = e->tg + (size_t)b * L;
+        e->n_tg[b] = latent_task_targets(d, r0 + b, tb, L);
+        if (e->n_tg[b] > L) e->n_tg[b] = L;
+        int last = 0;
+        for (int k = 0; k < e->n_tg[b]; k++)
+            if (tb[k].pos > last) last = tb[k].pos;
+        if (last == 0) continue; /* nothing scored */
+        if (latent_seq_init(&e->seqs[b], &e->pool, &m->cfg, &err) != 0) {
+            cli_fail("eval: %s", err.msg);
+            return 1;
+        }
+        record_entries(d, r0 + b, &e->seqs[b], last, e->logits + (size_t)b * L * V, V, step, ne);
+    }
+    for (int s = 0; s < 2; s++)
+        if (ne[s] && latent_engine_step(e->eng, step[s], ne[s], &err) != 0) {
+            cli_fail("eval: %s", err.msg);
+            return 1;
+        }
+    for (int b = 0; b < nb; b++) {
+        if (score_record(a, &d->task, y, r0 + b, e->tg + (size_t)b * L, e->n_tg[b], e->logits + (size_t)b * L * V,
+                         V) != 0) {
+            cli_fail("eval: out of memory");
+            return 1;
+        }
+        latent_seq_free(&e->seqs[b]);
+    }
+    return 0;
+}
+
 int cmd_eval(int argc, char **argv) {
     eval_args a;
     int prc = parse_args(argc, argv, &a);
@@ -253,82 +317,42 @@ int cmd_eval(int argc, char **argv) {
     int n_rec = d.n_records;
     if (a.max_records && a.max_records < n_rec) n_rec = (int)a.max_records;
     long batch = a.batch;
-    int rc = 1, max_bucket = 0;
+    int rc = 1;
     tally y = {.kinds = latent_task_target_kinds(t), .width = a.width};
     while (y.kinds[y.n_kinds]) y.n_kinds++;
-    latent_engine *eng = NULL;
-    latent_kv_pool pool = {0};
-    latent_seq *seqs = calloc((size_t)batch, sizeof *seqs);
-    latent_batch_entry *ents = calloc(2 * (size_t)batch, sizeof *ents);
-    float *logits = malloc((size_t)batch * L * V * sizeof *logits);
-    latent_target *tg = malloc((size_t)batch * L * sizeof *tg);
-    int *n_tg = calloc((size_t)batch, sizeof *n_tg);
+    eval_bufs e = {.seqs = calloc((size_t)batch, sizeof *e.seqs), .ents = calloc(2 * (size_t)batch, sizeof *e.ents),
+                   .logits = malloc((size_t)batch * L * V * sizeof *e.logits),
+                   .tg = malloc((size_t)batch * L * sizeof *e.tg), .n_tg = calloc((size_t)batch, sizeof *e.n_tg)};
     y.total = calloc((size_t)y.n_kinds, sizeof *y.total);
-    if (!seqs || !ents || !logits || !tg || !n_tg || !y.total) {
+    if (!e.seqs || !e.ents || !e.logits || !e.tg || !e.n_tg || !y.total) {
         cli_fail("eval: out of memory");
         goto done;
     }
     if (check_fit(&a, &d, &m, n_rec) != 0) goto done;
-    if (cli_kv_pool(&pool, &m, &a.eo, "auto", (int)batch, L, &err) != 0 ||
-        !(eng = latent_engine_new_opts(&m, &a.eo, &err))) {
+    if (cli_kv_pool(&e.pool, &m, &a.eo, "auto", (int)batch, L, &err) != 0 ||
+        !(e.eng = latent_engine_new_opts(&m, &a.eo, &err))) {
         cli_fail("eval: %s", err.msg);
         goto done;
     }
-    /* buckets: a first pass over the targets finds the largest */
-    for (int r = 0; r < n_rec; r++) {
-        int n = latent_task_targets(&d, r, tg, L);
-        for (int k = 0; k < n && k < L; k++)
-            if (tg[k].bucket > max_bucket) max_bucket = tg[k].bucket;
-    }
-    if (!y.width) y.width = t->kind == LATENT_TASK_VAR ? 1 : (max_bucket + 7) / 8 > 0 ? (max_bucket + 7) / 8 : 1;
-    y.n_rows = max_bucket / (int)y.width + 1;
-    if (!(y.tab = calloc((size_t)y.n_rows * y.n_kinds, sizeof *y.tab))) {
+    if (size_buckets(&d, n_rec, e.tg, &y) != 0) {
         cli_fail("eval: out of memory");
         goto done;
     }
-    for (int r0 = 0; r0 < n_rec; r0 += (int)batch) {
-        int nb = n_rec - r0 < batch ? n_rec - r0 : (int)batch, ne[2] = {0, 0};
-        latent_batch_entry *step[2] = {ents, ents + batch};
-        for (int b = 0; b < nb; b++) {
-            latent_target *tb = tg + (size_t)b * L;
-            n_tg[b] = latent_task_targets(&d, r0 + b, tb, L);
-            if (n_tg[b] > L) n_tg[b] = L;
-            int last = 0;
-            for (int k = 0; k < n_tg[b]; k++)
-                if (tb[k].pos > last) last = tb[k].pos;
-            if (last == 0) continue; /* nothing scored */
-            if (latent_seq_init(&seqs[b], &pool, &m.cfg, &err) != 0) {
-                cli_fail("eval: %s", err.msg);
-                goto done;
-            }
-            record_entries(&d, r0 + b, &seqs[b], last, logits + (size_t)b * L * V, V, step, ne);
-        }
-        for (int s = 0; s < 2; s++)
-            if (ne[s] && latent_engine_step(eng, step[s], ne[s], &err) != 0) {
-                cli_fail("eval: %s", err.msg);
-                goto done;
-            }
-        for (int b = 0; b < nb; b++) {
-            if (score_record(&a, t, &y, r0 + b, tg + (size_t)b * L, n_tg[b], logits + (size_t)b * L * V, V) != 0) {
-                cli_fail("eval: out of memory");
-                goto done;
-            }
-            latent_seq_free(&seqs[b]);
-        }
-    }
+    for (int r0 = 0; r0 < n_rec; r0 += (int)batch)
+        if (eval_batch(&a, &d, &m, &e, &y, r0, n_rec - r0 < batch ? n_rec - r0 : (int)batch) != 0) goto done;
     if (a.json) print_json(t, &y, n_rec);
     else print_table(t, &y, n_rec, L, a.dir);
     rc = 0;
 done:
-    if (seqs)
-        for (int b = 0; b < batch; b++) latent_seq_free(&seqs[b]);
-    latent_engine_free(eng);
-    latent_kv_pool_free(&pool);
-    free(seqs);
-    free(ents);
-    free(logits);
-    free(tg);
-    free(n_tg);
+    if (e.seqs)
+        for (int b = 0; b < batch; b++) latent_seq_free(&e.seqs[b]);
+    latent_engine_free(e.eng);
+    latent_kv_pool_free(&e.pool);
+    free(e.seqs);
+    free(e.ents);
+    free(e.logits);
+    free(e.tg);
+    free(e.n_tg);
     free(y.tab);
     free(y.total);
     latent_model_free(&m);
