@@ -16,7 +16,7 @@
  *   LRT:    main = the full pass with m = 0, head; sub[s] = subset s's pass
  *           over its own rows (position t = s + j*S of each sequence), head,
  *           attending to a buffer of every block's k, v (rebuilt as a view of
- *           pass-0 and recomputed rows: see lrt_view).
+ *           pass-0 and recomputed rows: see lrt_view in train_lrt.c).
  * Every saved activation is carved from one slab; backward scratch too. */
 #include "latent/train.h"
 
@@ -146,98 +146,98 @@ static void trainer_layout(latent_trainer *t, carver *cv) {
     }
 }
 
-latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_shape *s, latent_err *err) {
-    const latent_config *c = &m->cfg;
-    if (s->batch < 1 || s->seq < 2) {
-        latent_err_set(err, LATENT_E_INVALID, "train: batch must be >= 1 and seq >= 2 (got %d, %d)", s->batch, s->seq);
-        return NULL;
+/* The shape against the model: 0, or -1 with err set. */
+static int check_shape(const latent_config *c, const latent_train_shape *s, latent_err *err) {
+    if (s->batch < 1 || s->seq < 2)
+        return latent_err_set(err, LATENT_E_INVALID, "train: batch must be >= 1 and seq >= 2 (got %d, %d)", s->batch, s->seq);
+    if (s->seq > c->max_pos)
+        return latent_err_set(err, LATENT_E_INVALID, "train: seq %d exceeds the model's max_position_embeddings %d", s->seq,
+                              c->max_pos);
+    if ((size_t)s->batch * s->seq > (size_t)1 << 24)
+        return latent_err_set(err, LATENT_E_INVALID, "train: batch * seq = %lld rows is too many",
+                              (long long)s->batch * s->seq);
+    if (s->mode == LATENT_TRAIN_JACOBI && c->rec != LATENT_REC_T2MLR)
+        return latent_err_set(err, LATENT_E_INVALID,
+                              "train: Jacobi mode needs a T2MLR model (config has no t2mlr latent_recurrence)");
+    if (s->mode == LATENT_TRAIN_LRT && c->rec != LATENT_REC_LRT)
+        return latent_err_set(err, LATENT_E_INVALID,
+                              "train: LRT mode needs an LRT model (config has no lrt latent_recurrence)");
+    if (s->mode == LATENT_TRAIN_JACOBI && (s->jacobi_iters < 1 || s->jacobi_grad_iters < 0))
+        return latent_err_set(err, LATENT_E_INVALID, "train: --jacobi-iters must be >= 1 and --jacobi-grad-iters >= 0");
+    if (s->mode == LATENT_TRAIN_LRT && (s->lrt_subsets < 1 || s->lrt_subsets > s->seq))
+        return latent_err_set(err, LATENT_E_INVALID, "train: --lrt-subsets must be in 1..seq (%d), got %d", s->seq,
+                              s->lrt_subsets);
+    return 0;
+}
+
+/* Jacobi's iteration counts, chains and R ring, and the suffix rows of
+ * adaptive skipping; the number of blocks, or -1 when out of memory. */
+static int jacobi_new(latent_trainer *t) {
+    const latent_config *c = t->c;
+    int L = c->n_layers, ls = c->t2mlr.l_start, le = c->t2mlr.l_end;
+    t->D = t->s.jacobi_iters;
+    t->G = t->s.jacobi_grad_iters < t->D - 1 ? t->s.jacobi_grad_iters : t->D - 1;
+    t->n_mid = t->G > 0 ? t->G : (t->D > 1 ? 1 : 0);
+    t->n_R = t->G + 1 < 2 ? 2 : t->G + 1;
+    t->mid = calloc(t->n_mid ? t->n_mid : 1, sizeof *t->mid);
+    t->R = calloc(t->n_R, sizeof *t->R);
+    if (!t->mid || !t->R) return -1;
+    if (latent_trm_jacobi_skipping(t)) {
+        t->sfx_pos = malloc(t->N * sizeof(int)), t->sfx_glob = malloc(t->N * sizeof(int));
+        t->sfx_flow = malloc(t->N);
+        if (!t->sfx_pos || !t->sfx_glob || !t->sfx_flow) return -1;
     }
-    if (s->seq > c->max_pos) {
-        latent_err_set(err, LATENT_E_INVALID, "train: seq %d exceeds the model's max_position_embeddings %d", s->seq, c->max_pos);
-        return NULL;
+    return le + 1 + t->n_mid * (le - ls + 1) + (L - ls);
+}
+
+/* LRT's subsets: chains, heads and their rows (position t = k + j S of each
+ * sequence in subset k); the number of blocks, or -1 when out of memory. */
+static int lrt_new(latent_trainer *t) {
+    t->S = t->s.lrt_subsets;
+    t->sub = calloc(t->S, sizeof *t->sub);
+    t->hsub = calloc(t->S, sizeof *t->hsub);
+    t->sub_n = calloc(t->S, sizeof *t->sub_n);
+    t->sub_pos = calloc(t->S, sizeof *t->sub_pos), t->sub_qpos = calloc(t->S, sizeof *t->sub_qpos);
+    t->sub_glob = calloc(t->S, sizeof *t->sub_glob);
+    t->sub_tok = calloc(t->S, sizeof *t->sub_tok), t->sub_tgt = calloc(t->S, sizeof *t->sub_tgt);
+    t->sub_mask = calloc(t->S, sizeof *t->sub_mask);
+    if (!t->sub || !t->hsub || !t->sub_n || !t->sub_pos || !t->sub_qpos || !t->sub_glob || !t->sub_tok ||
+        !t->sub_tgt || !t->sub_mask)
+        return -1;
+    for (int k = 0; k < t->S; k++) {
+        int ns = (t->T - k + t->S - 1) / t->S, n = ns * t->B;
+        t->sub_n[k] = ns;
+        t->sub_pos[k] = malloc(n * sizeof(int)), t->sub_qpos[k] = malloc(ns * sizeof(int));
+        t->sub_glob[k] = malloc(n * sizeof(int));
+        t->sub_tok[k] = malloc(n * sizeof(int32_t)), t->sub_tgt[k] = malloc(n * sizeof(int32_t));
+        t->sub_mask[k] = malloc(n);
+        if (!t->sub_pos[k] || !t->sub_qpos[k] || !t->sub_glob[k] || !t->sub_tok[k] || !t->sub_tgt[k] || !t->sub_mask[k])
+            return -1;
+        for (int j = 0; j < ns; j++) t->sub_qpos[k][j] = k + j * t->S;
+        for (int b = 0; b < t->B; b++)
+            for (int j = 0; j < ns; j++) {
+                t->sub_pos[k][b * ns + j] = k + j * t->S;
+                t->sub_glob[k][b * ns + j] = b * t->T + k + j * t->S;
+            }
     }
-    if ((size_t)s->batch * s->seq > (size_t)1 << 24) {
-        latent_err_set(err, LATENT_E_INVALID, "train: batch * seq = %lld rows is too many", (long long)s->batch * s->seq);
-        return NULL;
-    }
-    if (s->mode == LATENT_TRAIN_JACOBI && c->rec != LATENT_REC_T2MLR) {
-        latent_err_set(err, LATENT_E_INVALID, "train: Jacobi mode needs a T2MLR model (config has no t2mlr latent_recurrence)");
-        return NULL;
-    }
-    if (s->mode == LATENT_TRAIN_LRT && c->rec != LATENT_REC_LRT) {
-        latent_err_set(err, LATENT_E_INVALID, "train: LRT mode needs an LRT model (config has no lrt latent_recurrence)");
-        return NULL;
-    }
-    if (s->mode == LATENT_TRAIN_JACOBI && (s->jacobi_iters < 1 || s->jacobi_grad_iters < 0)) {
-        latent_err_set(err, LATENT_E_INVALID, "train: --jacobi-iters must be >= 1 and --jacobi-grad-iters >= 0");
-        return NULL;
-    }
-    if (s->mode == LATENT_TRAIN_LRT && (s->lrt_subsets < 1 || s->lrt_subsets > s->seq)) {
-        latent_err_set(err, LATENT_E_INVALID, "train: --lrt-subsets must be in 1..seq (%d), got %d", s->seq, s->lrt_subsets);
-        return NULL;
-    }
-    latent_trainer *t = calloc(1, sizeof *t);
-    if (!t) goto oom;
-    t->m = m, t->c = c, t->s = *s;
-    latent_tr_gemm_init(&t->gemm, s->bf16);
-    t->B = s->batch, t->T = s->seq, t->N = s->batch * s->seq;
-    int L = c->n_layers, n_blks = 0;
-    if (s->mode == LATENT_TRAIN_PLAIN) {
-        n_blks = L;
-    } else if (s->mode == LATENT_TRAIN_JACOBI) {
-        int ls = c->t2mlr.l_start, le = c->t2mlr.l_end;
-        t->D = s->jacobi_iters;
-        t->G = s->jacobi_grad_iters < t->D - 1 ? s->jacobi_grad_iters : t->D - 1;
-        t->n_mid = t->G > 0 ? t->G : (t->D > 1 ? 1 : 0);
-        t->n_R = t->G + 1 < 2 ? 2 : t->G + 1;
-        t->mid = calloc(t->n_mid ? t->n_mid : 1, sizeof *t->mid);
-        t->R = calloc(t->n_R, sizeof *t->R);
-        if (!t->mid || !t->R) goto oom;
-        n_blks = le + 1 + t->n_mid * (le - ls + 1) + (L - ls);
-        if (latent_trm_jacobi_skipping(t)) {
-            t->sfx_pos = malloc(t->N * sizeof(int)), t->sfx_glob = malloc(t->N * sizeof(int));
-            t->sfx_flow = malloc(t->N);
-            if (!t->sfx_pos || !t->sfx_glob || !t->sfx_flow) goto oom;
-        }
-    } else {
-        t->S = s->lrt_subsets;
-        t->sub = calloc(t->S, sizeof *t->sub);
-        t->hsub = calloc(t->S, sizeof *t->hsub);
-        t->sub_n = calloc(t->S, sizeof *t->sub_n);
-        t->sub_pos = calloc(t->S, sizeof *t->sub_pos), t->sub_qpos = calloc(t->S, sizeof *t->sub_qpos);
-        t->sub_glob = calloc(t->S, sizeof *t->sub_glob);
-        t->sub_tok = calloc(t->S, sizeof *t->sub_tok), t->sub_tgt = calloc(t->S, sizeof *t->sub_tgt);
-        t->sub_mask = calloc(t->S, sizeof *t->sub_mask);
-        if (!t->sub || !t->hsub || !t->sub_n || !t->sub_pos || !t->sub_qpos || !t->sub_glob || !t->sub_tok ||
-            !t->sub_tgt || !t->sub_mask)
-            goto oom;
-        for (int k = 0; k < t->S; k++) {
-            int ns = (t->T - k + t->S - 1) / t->S, n = ns * t->B;
-            t->sub_n[k] = ns;
-            t->sub_pos[k] = malloc(n * sizeof(int)), t->sub_qpos[k] = malloc(ns * sizeof(int));
-            t->sub_glob[k] = malloc(n * sizeof(int));
-            t->sub_tok[k] = malloc(n * sizeof(int32_t)), t->sub_tgt[k] = malloc(n * sizeof(int32_t));
-            t->sub_mask[k] = malloc(n);
-            if (!t->sub_pos[k] || !t->sub_qpos[k] || !t->sub_glob[k] || !t->sub_tok[k] || !t->sub_tgt[k] ||
-                !t->sub_mask[k])
-                goto oom;
-            for (int j = 0; j < ns; j++) t->sub_qpos[k][j] = k + j * t->S;
-            for (int b = 0; b < t->B; b++)
-                for (int j = 0; j < ns; j++) {
-                    t->sub_pos[k][b * ns + j] = k + j * t->S;
-                    t->sub_glob[k][b * ns + j] = b * t->T + k + j * t->S;
-                }
-        }
-        n_blks = L * (1 + t->S);
-    }
+    return t->c->n_layers * (1 + t->S);
+}
+
+/* The blocks' table and the batch's rows; -1 when out of memory. */
+static int rows_new(latent_trainer *t, int n_blks) {
     t->blks = calloc(n_blks, sizeof *t->blks);
     t->pos = malloc(t->N * sizeof(int)), t->qpos = malloc(t->T * sizeof(int));
     t->tok = malloc(t->N * sizeof(int32_t)), t->tgt = malloc(t->N * sizeof(int32_t)), t->mask = malloc(t->N);
     t->flow_buf = malloc(t->N);
-    if (!t->blks || !t->pos || !t->qpos || !t->tok || !t->tgt || !t->mask || !t->flow_buf) goto oom;
+    if (!t->blks || !t->pos || !t->qpos || !t->tok || !t->tgt || !t->mask || !t->flow_buf) return -1;
     for (int i = 0; i < t->N; i++) t->pos[i] = i % t->T;
     for (int i = 0; i < t->T; i++) t->qpos[i] = i;
+    return 0;
+}
 
+/* The slab every activation and the backward's scratch are carved from;
+ * 0, or -1 with err set. */
+static int slab_new(latent_trainer *t, latent_err *err) {
     carver cv = {NULL, 0};
     trainer_layout(t, &cv);
     t->slab_floats = cv.off;
@@ -246,18 +246,20 @@ latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_sha
      * twice that with huge ones), and a step walks hundreds of MiB. */
     size_t bytes = ((cv.off ? cv.off : 16) * sizeof(float) + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
     t->slab = aligned_alloc((size_t)2 << 20, bytes);
-    if (t->slab) madvise(t->slab, bytes, MADV_HUGEPAGE); /* advice only */
-    if (!t->slab) {
-        latent_err_set(err, LATENT_E_NOMEM, "train: cannot allocate %.1f MiB of activations (try a smaller --batch or --seq)",
-                       cv.off * 4.0 / (1 << 20));
-        latent_trainer_free(t);
-        return NULL;
-    }
+    if (!t->slab)
+        return latent_err_set(err, LATENT_E_NOMEM,
+                              "train: cannot allocate %.1f MiB of activations (try a smaller --batch or --seq)",
+                              cv.off * 4.0 / (1 << 20));
+    madvise(t->slab, bytes, MADV_HUGEPAGE); /* advice only */
     /* Touch it once: page faults now, not inside the first step's kernels. */
     memset(t->slab, 0, cv.off * sizeof(float));
     cv = (carver){t->slab, 0};
     trainer_layout(t, &cv);
-    latent_tr_rope_tables(t->rope_cos, t->rope_sin, t->T, c->head_dim, c->rope_theta);
+    return 0;
+}
+
+/* Every chain's positions: the batch's, or its subset's. */
+static void chains_link(latent_trainer *t) {
     for (int k = 0; k < t->S; k++) {
         t->sub[k].pos = t->sub_pos[k];
         t->sub[k].qpos = t->sub_qpos[k];
@@ -265,6 +267,24 @@ latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_sha
     t->main.pos = t->pos, t->main.qpos = t->qpos;
     t->fin.pos = t->pos, t->fin.qpos = t->qpos;
     for (int i = 0; i < t->n_mid; i++) t->mid[i].pos = t->pos, t->mid[i].qpos = t->qpos;
+}
+
+latent_trainer *latent_trainer_new(const latent_model *m, const latent_train_shape *s, latent_err *err) {
+    const latent_config *c = &m->cfg;
+    if (check_shape(c, s, err) != 0) return NULL;
+    latent_trainer *t = calloc(1, sizeof *t);
+    if (!t) goto oom;
+    t->m = m, t->c = c, t->s = *s;
+    latent_tr_gemm_init(&t->gemm, s->bf16);
+    t->B = s->batch, t->T = s->seq, t->N = s->batch * s->seq;
+    int n_blks = s->mode == LATENT_TRAIN_JACOBI ? jacobi_new(t) : s->mode == LATENT_TRAIN_LRT ? lrt_new(t) : c->n_layers;
+    if (n_blks < 0 || rows_new(t, n_blks) != 0) goto oom;
+    if (slab_new(t, err) != 0) {
+        latent_trainer_free(t);
+        return NULL;
+    }
+    latent_tr_rope_tables(t->rope_cos, t->rope_sin, t->T, c->head_dim, c->rope_theta);
+    chains_link(t);
     return t;
 oom:
     latent_err_set(err, LATENT_E_NOMEM, "train: out of memory");
@@ -293,186 +313,6 @@ void latent_trainer_free(latent_trainer *t) {
 
 size_t latent_trainer_activation_bytes(const latent_trainer *t) { return t->slab_floats * sizeof(float); }
 
-/* ---- blocks ------------------------------------------------------------- */
-
-/* Input injection, attention norm, q/k/v (KV injection), RoPE. */
-void latent_trm_blk_fwd_qkv(latent_trainer *t, int l, blk *A, const chain *ch) {
-    const latent_config *c = t->c;
-    const latent_layer *L = &t->m->w.layers[l];
-    int n = ch->n, d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c);
-    int kvi = A->inject && c->lrt.kv_injection;
-    if (A->inject && c->lrt.residual_injection)
-        latent_tr_lrt_residual_forward(A->xi, A->x, ch->mem, L->lrt_alpha[0], L->lrt_gamma[0], (size_t)n * d);
-    latent_tr_rmsnorm_forward(A->a, A->rs1, A->xi, L->attn_norm, n, d, c->rms_eps);
-    float *qkv[3] = {A->q, kvi ? A->kl : A->k, kvi ? A->vl : A->v};
-    const float *wqkv[3] = {L->wq, L->wk, L->wv};
-    int dims[3] = {qd, kvd, kvd};
-    latent_tr_linear_forward_multi(&t->gemm, qkv, A->a, wqkv, dims, 3, n, d);
-    if (kvi)
-        latent_tr_lrt_kv_forward(&t->gemm, A->k, A->v, A->gate, A->mk, A->mv, A->kl, A->vl, A->a, ch->mem, L->lrt_gate, L->lrt_k,
-                          L->lrt_v, n, d, c->n_kv_heads, c->head_dim);
-    latent_tr_rope_forward(A->q, ch->pos, t->rope_cos, t->rope_sin, n, c->n_heads, c->head_dim);
-    latent_tr_rope_forward(A->k, ch->pos, t->rope_cos, t->rope_sin, n, c->n_kv_heads, c->head_dim);
-}
-
-/* Wo and the attention residual, then the MLP and its residual. */
-void latent_trm_blk_fwd_out(latent_trainer *t, int l, blk *A, const chain *ch) {
-    const latent_config *c = t->c;
-    const latent_layer *L = &t->m->w.layers[l];
-    int n = ch->n, d = c->d, qd = latent_config_q_dim(c);
-    size_t nd = (size_t)n * d, nf = (size_t)n * c->ffn;
-    latent_tr_linear_forward(&t->gemm, t->tmp, A->o, L->wo, NULL, n, qd, d);
-    latent_tr_residual_forward(A->x2, A->xi, t->tmp, nd);
-    latent_tr_rmsnorm_forward(A->mn, A->rs2, A->x2, L->mlp_norm, n, d, c->rms_eps);
-    float *gu[2] = {A->hg, A->hu};
-    const float *wgu[2] = {L->wg, L->wu};
-    int dims[2] = {c->ffn, c->ffn};
-    latent_tr_linear_forward_multi(&t->gemm, gu, A->mn, wgu, dims, 2, n, d);
-    latent_tr_swiglu_forward(A->hs, A->hg, A->hu, nf);
-    latent_tr_linear_forward(&t->gemm, t->tmp, A->hs, L->wd, NULL, n, c->ffn, d);
-    latent_tr_residual_forward(A->out, A->x2, t->tmp, nd);
-}
-
-/* A block attending to its own pass's keys. */
-void latent_trm_blk_forward(latent_trainer *t, int l, blk *A, const chain *ch) {
-    const latent_config *c = t->c;
-    latent_trm_blk_fwd_qkv(t, l, A, ch);
-    latent_tr_attention_forward(A->o, A->p, A->q, A->k, A->v, ch->qpos, t->B, ch->nq, t->T, c->n_heads, c->n_kv_heads,
-                         c->head_dim);
-    latent_trm_blk_fwd_out(t, l, A, ch);
-}
-
-/* From the gradient at the block output (t->dres), through the MLP and Wo:
- * t->dres becomes the gradient at x2's residual path (the input side of the
- * attention residual), t->dO the gradient of the attention output. */
-static void blk_bwd_out(latent_trainer *t, int l, const blk *A, const chain *ch, latent_layer *G) {
-    const latent_config *c = t->c;
-    const latent_layer *L = &t->m->w.layers[l];
-    int n = ch->n, d = c->d, qd = latent_config_q_dim(c), f = c->ffn;
-    size_t nf = (size_t)n * f;
-    /* out = x2 + hs Wd^T, hs = silu(hg) * hu */
-    memset(t->dhs, 0, nf * sizeof(float));
-    latent_tr_linear_backward(&t->gemm, t->dhs, G->wd, NULL, t->dres, A->hs, L->wd, n, f, d);
-    memset(t->dhg, 0, nf * sizeof(float));
-    memset(t->dhu, 0, nf * sizeof(float));
-    latent_tr_swiglu_backward(t->dhg, t->dhu, t->dhs, A->hg, A->hu, nf);
-    /* hg, hu = mn Wg^T, mn Wu^T */
-    memset(t->da, 0, (size_t)n * d * sizeof(float));
-    float *dgu[2] = {G->wg, G->wu};
-    const float *gdu[2] = {t->dhg, t->dhu}, *wgu[2] = {L->wg, L->wu};
-    int dims[2] = {f, f};
-    latent_tr_linear_backward_multi(&t->gemm, t->da, dgu, gdu, A->mn, wgu, dims, 2, n, d);
-    /* mn = RMSNorm(x2): dres becomes d x2 */
-    latent_tr_rmsnorm_backward(t->dres, G->mlp_norm, t->da, A->x2, A->rs2, L->mlp_norm, n, d);
-    /* x2 = xi + o Wo^T */
-    memset(t->dO, 0, (size_t)n * qd * sizeof(float));
-    latent_tr_linear_backward(&t->gemm, t->dO, G->wo, NULL, t->dres, A->o, L->wo, n, qd, d);
-}
-
-/* From dq, dk, dv (after RoPE; written in place) and the residual gradient
- * in t->dres at xi: through RoPE, KV injection, the projections, the norm
- * and the residual injection. t->dres becomes the gradient at the block
- * input x; dmem (n, d) accumulates the memory's gradient (when ch->mem). */
-static void blk_bwd_qkv(latent_trainer *t, int l, const blk *A, const chain *ch, latent_layer *G, float *dq,
-                        float *dk, float *dv, float *dmem) {
-    const latent_config *c = t->c;
-    const latent_layer *L = &t->m->w.layers[l];
-    int n = ch->n, d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c);
-    size_t nd = (size_t)n * d;
-    latent_tr_rope_backward(dq, ch->pos, t->rope_cos, t->rope_sin, n, c->n_heads, c->head_dim);
-    latent_tr_rope_backward(dk, ch->pos, t->rope_cos, t->rope_sin, n, c->n_kv_heads, c->head_dim);
-    memset(t->da, 0, nd * sizeof(float));
-    const float *gk = dk, *gv = dv;
-    if (A->inject && c->lrt.kv_injection) {
-        /* k = g_loc kl + g_fb (m K^T) per kv head (likewise v) */
-        memset(t->dkl, 0, (size_t)n * kvd * sizeof(float));
-        memset(t->dvl, 0, (size_t)n * kvd * sizeof(float));
-        latent_tr_lrt_kv_backward(&t->gemm, t->dkl, t->dvl, t->da, ch->mem ? dmem : NULL, G->lrt_gate, G->lrt_k, G->lrt_v, dk, dv,
-                           A->gate, A->mk, A->mv, A->kl, A->vl, A->a, ch->mem, L->lrt_gate, L->lrt_k, L->lrt_v,
-                           t->kvscr, n, d, c->n_kv_heads, c->head_dim);
-        gk = t->dkl, gv = t->dvl;
-    }
-    /* q, k, v = a Wq^T, a Wk^T, a Wv^T */
-    float *dw[3] = {G->wq, G->wk, G->wv};
-    const float *gs[3] = {dq, gk, gv}, *ws[3] = {L->wq, L->wk, L->wv};
-    int dims[3] = {qd, kvd, kvd};
-    latent_tr_linear_backward_multi(&t->gemm, t->da, dw, gs, A->a, ws, dims, 3, n, d);
-    /* a = RMSNorm(xi): dres (already the residual path's d xi) += */
-    latent_tr_rmsnorm_backward(t->dres, G->attn_norm, t->da, A->xi, A->rs1, L->attn_norm, n, d);
-    if (A->inject && c->lrt.residual_injection) {
-        /* xi = alpha x + gamma m */
-        memset(t->dres2, 0, nd * sizeof(float));
-        latent_tr_lrt_residual_backward(t->dres2, ch->mem ? dmem : NULL, G->lrt_alpha, G->lrt_gamma, t->dres, A->x, ch->mem,
-                                 L->lrt_alpha[0], L->lrt_gamma[0], nd);
-        float *sw = t->dres;
-        t->dres = t->dres2, t->dres2 = sw;
-    }
-}
-
-/* A block that attended to its own pass's keys, backward. */
-void latent_trm_blk_backward(latent_trainer *t, int l, const blk *A, const chain *ch, latent_weights *g) {
-    const latent_config *c = t->c;
-    int n = ch->n, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c);
-    latent_layer *G = &g->layers[l];
-    blk_bwd_out(t, l, A, ch, G);
-    memset(t->dq, 0, (size_t)n * qd * sizeof(float));
-    memset(t->dk, 0, (size_t)n * kvd * sizeof(float));
-    memset(t->dv, 0, (size_t)n * kvd * sizeof(float));
-    latent_tr_attention_backward(t->dq, t->dk, t->dv, t->dO, A->p, A->q, A->k, A->v, ch->qpos, t->B, ch->nq, t->T,
-                          c->n_heads, c->n_kv_heads, c->head_dim);
-    blk_bwd_qkv(t, l, A, ch, G, t->dq, t->dk, t->dv, NULL);
-}
-
-/* ---- heads -------------------------------------------------------------- */
-
-void latent_trm_head_forward(latent_trainer *t, head *h, const float *x, int n) {
-    const latent_config *c = t->c;
-    latent_tr_rmsnorm_forward(h->fn, h->rs, x, t->m->w.final_norm, n, c->d, c->rms_eps);
-    /* The LM head stays F32 under bf16: its logits feed the loss directly,
-     * and with them in bf16 the default recipe's loss strayed further from
-     * F32 (2.65% against 1.98%) for no measured speed-up
-     * (clients/bf16_curve.sh; docs/training.md, "Precision"). */
-    latent_tr_linear_forward(NULL, h->logits, h->fn, t->m->w.lm_head, NULL, n, c->d, c->vocab);
-}
-
-static int count_scored(const uint8_t *mask, int n) {
-    int k = 0;
-    for (int i = 0; i < n; i++) k += mask[i] != 0;
-    return k;
-}
-
-/* Mean cross-entropy over the scored rows (0 when none): over this batch's
- * scored rows, or the step's given denominator for head `idx` (a share of a
- * global batch); with bwd the logits become the gradient of weight * that
- * mean. */
-double latent_trm_head_loss(latent_trainer *t, head *h, int idx, const int32_t *tgt, const uint8_t *mask, int n,
-                        double weight, int bwd) {
-    int64_t k = t->scored_total ? t->scored_total[idx] : count_scored(mask, n);
-    if (bwd)
-        latent_tr_crossentropy_softmax_backward(h->logits, h->loss, tgt, mask, k ? (float)(weight / k) : 0.0f, n,
-                                         t->c->vocab);
-    else
-        latent_tr_crossentropy_forward(h->loss, h->logits, tgt, mask, n, t->c->vocab);
-    double s = 0;
-    for (int i = 0; i < n; i++) s += h->loss[i];
-    return k ? s / k : 0.0;
-}
-
-/* From the logits' gradient to t->dres (n, d) at the head's input x;
- * dfn_extra (n, d) adds a gradient at the final norm's output (LRT memory
- * from the final norm), may be NULL. */
-void latent_trm_head_backward(latent_trainer *t, head *h, const float *x, int n, const float *dfn_extra,
-                          latent_weights *g) {
-    const latent_config *c = t->c;
-    size_t nd = (size_t)n * c->d;
-    memset(t->da, 0, nd * sizeof(float));
-    /* the LM head in F32 (latent_trm_head_forward) */
-    latent_tr_linear_backward(NULL, t->da, g->lm_head, NULL, h->logits, h->fn, t->m->w.lm_head, n, c->d, c->vocab);
-    if (dfn_extra) latent_tr_add(t->da, dfn_extra, nd);
-    memset(t->dres, 0, nd * sizeof(float));
-    latent_tr_rmsnorm_backward(t->dres, g->final_norm, t->da, x, h->rs, t->m->w.final_norm, n, c->d);
-}
-
 /* ---- plain -------------------------------------------------------------- */
 
 static double plain_step(latent_trainer *t, latent_weights *g) {
@@ -489,175 +329,6 @@ static double plain_step(latent_trainer *t, latent_weights *g) {
     return loss;
 }
 
-
-/* ---- LRT interleaved (models.md §3) ------------------------------------- */
-
-typedef struct {
-    float *dst;
-    const float *a, *b;
-    const int *idx;
-    int width, S, s, T;
-} rows_job;
-
-/* view row p = recomputed row when its subset is <= s, else pass 0's */
-static void view_rows(void *ctx, int r0, int r1) {
-    const rows_job *j = ctx;
-    for (int p = r0; p < r1; p++) {
-        int t = p % j->T;
-        const float *src = (t % j->S <= j->s ? j->a : j->b) + (size_t)p * j->width;
-        memcpy(j->dst + (size_t)p * j->width, src, j->width * sizeof(float));
-    }
-}
-
-/* The k, v buffer of block l as subset s sees it: rows of subsets <= s hold
- * their recomputed values (written back), the others pass 0's. */
-static void lrt_view(latent_trainer *t, int l, int s) {
-    size_t kvd = latent_config_kv_dim(t->c), off = (size_t)l * t->N * kvd;
-    rows_job jk = {t->kview, t->krec + off, t->main.b[l].k, NULL, (int)kvd, t->S, s, t->T};
-    rows_job jv = {t->vview, t->vrec + off, t->main.b[l].v, NULL, (int)kvd, t->S, s, t->T};
-    latent_tr_par_rows(view_rows, &jk, t->N);
-    latent_tr_par_rows(view_rows, &jv, t->N);
-}
-
-/* The view's gradient back to where its rows came from. */
-static void route_rows(void *ctx, int r0, int r1) {
-    const rows_job *j = ctx;
-    for (int p = r0; p < r1; p++) {
-        int t = p % j->T;
-        float *dst = (float *)(t % j->S <= j->s ? j->a : j->b) + (size_t)p * j->width;
-        const float *src = j->dst + (size_t)p * j->width;
-        for (int i = 0; i < j->width; i++) dst[i] += src[i];
-    }
-}
-
-static void lrt_route(latent_trainer *t, int l, int s) {
-    size_t kvd = latent_config_kv_dim(t->c), off = (size_t)l * t->N * kvd;
-    rows_job jk = {t->dkview, t->dKr + off, t->dK0 + off, NULL, (int)kvd, t->S, s, t->T};
-    rows_job jv = {t->dvview, t->dVr + off, t->dV0 + off, NULL, (int)kvd, t->S, s, t->T};
-    latent_tr_par_rows(route_rows, &jk, t->N);
-    latent_tr_par_rows(route_rows, &jv, t->N);
-}
-
-/* h^(source_layer) of a pass: a block's output or the final norm's. */
-static float *lrt_source(latent_trainer *t, chain *ch, head *h) {
-    int src = t->c->lrt.source_layer;
-    return src >= 0 ? ch->b[src].out : h->fn;
-}
-
-static double lrt_step(latent_trainer *t, latent_weights *g) {
-    const latent_config *c = t->c;
-    int L = c->n_layers, N = t->N, d = c->d, S = t->S, T = t->T, src = c->lrt.source_layer;
-    int kvd = latent_config_kv_dim(c), qd = latent_config_q_dim(c);
-    size_t nd = (size_t)N * d, lkv = (size_t)L * N * kvd;
-    double w = 1.0 / (S + 1);
-
-    /* 1. full pass with m = 0: L_0, every block's k, v, and h^(src) */
-    chain *P0 = &t->main;
-    latent_tr_embedding_forward(P0->in, t->tok, t->m->w.embed, N, d);
-    for (int l = 0; l < L; l++) latent_trm_blk_forward(t, l, &P0->b[l], P0);
-    latent_trm_head_forward(t, &t->hmain, P0->out, N);
-    double loss = w * latent_trm_head_loss(t, &t->hmain, 0, t->tgt, t->mask, N, w, g != NULL);
-    const float *H0 = lrt_source(t, P0, &t->hmain);
-
-    /* 2. subsets in order */
-    for (int s = 0; s < S; s++) {
-        chain *ch = &t->sub[s];
-        head *h = &t->hsub[s];
-        int n = ch->n;
-        const int *glob = t->sub_glob[s];
-        for (int i = 0; i < n; i++) {
-            t->sub_tok[s][i] = t->tok[glob[i]];
-            t->sub_tgt[s][i] = t->tgt[glob[i]];
-            t->sub_mask[s][i] = t->mask[glob[i]];
-            /* m_{t-1}: the newest h^(src) of position t-1 (written back by its
-             * subset when that ran before this one), 0 at t = 0 */
-            int tt = ch->pos[i];
-            float *m = ch->mem + (size_t)i * d;
-            if (tt == 0)
-                memset(m, 0, d * sizeof(float));
-            else
-                memcpy(m, ((tt - 1) % S < s ? t->Hrec : H0) + (size_t)(glob[i] - 1) * d, d * sizeof(float));
-        }
-        latent_tr_embedding_forward(ch->in, t->sub_tok[s], t->m->w.embed, n, d);
-        for (int l = 0; l < L; l++) {
-            blk *A = &ch->b[l];
-            latent_trm_blk_fwd_qkv(t, l, A, ch);
-            /* the subset's own k, v are written back before attention */
-            latent_trm_scatter(t->krec + (size_t)l * N * kvd, A->k, glob, n, kvd);
-            latent_trm_scatter(t->vrec + (size_t)l * N * kvd, A->v, glob, n, kvd);
-            lrt_view(t, l, s);
-            latent_tr_attention_forward(A->o, A->p, A->q, t->kview, t->vview, ch->qpos, t->B, ch->nq, T, c->n_heads,
-                                 c->n_kv_heads, c->head_dim);
-            latent_trm_blk_fwd_out(t, l, A, ch);
-        }
-        latent_trm_head_forward(t, h, ch->out, n);
-        loss += w * latent_trm_head_loss(t, h, 1 + s, t->sub_tgt[s], t->sub_mask[s], n, w, g != NULL);
-        latent_trm_scatter(t->Hrec, lrt_source(t, ch, h), glob, n, d);
-    }
-    if (!g) return loss;
-
-    /* Backward, subsets in reverse: every consumer of a subset's outputs
-     * (later subsets' attention and memory) has run its backward first. */
-    memset(t->dK0, 0, lkv * sizeof(float)), memset(t->dV0, 0, lkv * sizeof(float));
-    memset(t->dKr, 0, lkv * sizeof(float)), memset(t->dVr, 0, lkv * sizeof(float));
-    memset(t->dH0, 0, nd * sizeof(float)), memset(t->dHr, 0, nd * sizeof(float));
-    for (int s = S - 1; s >= 0; s--) {
-        chain *ch = &t->sub[s];
-        head *h = &t->hsub[s];
-        int n = ch->n;
-        const int *glob = t->sub_glob[s];
-        size_t snd = (size_t)n * d;
-        float *dsrc = t->tmp; /* gradient of this subset's written-back h^(src) */
-        latent_trm_gather(dsrc, t->dHr, glob, n, d);
-        latent_trm_head_backward(t, h, ch->out, n, src < 0 ? dsrc : NULL, g);
-        memset(t->dmem, 0, snd * sizeof(float));
-        for (int l = L - 1; l >= 0; l--) {
-            blk *A = &ch->b[l];
-            latent_layer *G = &g->layers[l];
-            if (l == src) {
-                latent_trm_gather(dsrc, t->dHr, glob, n, d);
-                latent_tr_add(t->dres, dsrc, snd);
-            }
-            blk_bwd_out(t, l, A, ch, G);
-            lrt_view(t, l, s);
-            memset(t->dq, 0, (size_t)n * qd * sizeof(float));
-            memset(t->dkview, 0, (size_t)N * kvd * sizeof(float));
-            memset(t->dvview, 0, (size_t)N * kvd * sizeof(float));
-            latent_tr_attention_backward(t->dq, t->dkview, t->dvview, t->dO, A->p, A->q, t->kview, t->vview, ch->qpos, t->B,
-                                  ch->nq, T, c->n_heads, c->n_kv_heads, c->head_dim);
-            lrt_route(t, l, s);
-            /* the subset's own k, v: every reader (this and later subsets) is done */
-            latent_trm_gather(t->dk, t->dKr + (size_t)l * N * kvd, glob, n, kvd);
-            latent_trm_gather(t->dv, t->dVr + (size_t)l * N * kvd, glob, n, kvd);
-            blk_bwd_qkv(t, l, A, ch, G, t->dq, t->dk, t->dv, t->dmem);
-        }
-        latent_tr_embedding_backward(g->embed, t->dres, t->sub_tok[s], n, d);
-        /* the memory came from position t-1's newest h^(src) */
-        for (int i = 0; i < n; i++) {
-            int tt = ch->pos[i];
-            if (tt == 0) continue;
-            float *dst = ((tt - 1) % S < s ? t->dHr : t->dH0) + (size_t)(glob[i] - 1) * d;
-            const float *sg = t->dmem + (size_t)i * d;
-            for (int k = 0; k < d; k++) dst[k] += sg[k];
-        }
-    }
-    latent_trm_head_backward(t, &t->hmain, P0->out, N, src < 0 ? t->dH0 : NULL, g);
-    for (int l = L - 1; l >= 0; l--) {
-        blk *A = &P0->b[l];
-        latent_layer *G = &g->layers[l];
-        if (l == src) latent_tr_add(t->dres, t->dH0, nd);
-        blk_bwd_out(t, l, A, P0, G);
-        /* pass 0's k, v: its own attention plus every subset that read them */
-        memcpy(t->dk, t->dK0 + (size_t)l * N * kvd, (size_t)N * kvd * sizeof(float));
-        memcpy(t->dv, t->dV0 + (size_t)l * N * kvd, (size_t)N * kvd * sizeof(float));
-        memset(t->dq, 0, (size_t)N * qd * sizeof(float));
-        latent_tr_attention_backward(t->dq, t->dk, t->dv, t->dO, A->p, A->q, A->k, A->v, P0->qpos, t->B, P0->nq, T,
-                              c->n_heads, c->n_kv_heads, c->head_dim);
-        blk_bwd_qkv(t, l, A, P0, G, t->dq, t->dk, t->dv, NULL);
-    }
-    latent_tr_embedding_backward(g->embed, t->dres, t->tok, N, d);
-    return loss;
-}
 
 /* ---- entry points ------------------------------------------------------- */
 
@@ -720,7 +391,7 @@ int latent_trainer_step(latent_trainer *t, const latent_train_batch *batch, late
     latent_tr_gemm_step_begin(&t->gemm); /* the weights hold still until step_end: pack each once */
     switch (t->s.mode) {
     case LATENT_TRAIN_JACOBI: l = latent_trm_jacobi_step(t, grads); break;
-    case LATENT_TRAIN_LRT: l = lrt_step(t, grads); break;
+    case LATENT_TRAIN_LRT: l = latent_trm_lrt_step(t, grads); break;
     default: l = plain_step(t, grads); break;
     }
     if (latent_tr_gemm_step_end(&t->gemm) != 0)

@@ -1,7 +1,8 @@
 /* The trainer's state and the pieces of its step that its files share
- * (engine/train/train_model.c: layout, blocks, heads, plain and LRT steps;
- * engine/train/train_jacobi.c: the T2MLR Jacobi step). Private to
- * engine/train/; the layout is described at the top of train_model.c. */
+ * (engine/train/train_model.c: layout, life, the plain step and the entry
+ * points; train_block.c: blocks and heads; train_jacobi.c: the T2MLR Jacobi
+ * step; train_lrt.c: the LRT interleaved step). Private to engine/train/;
+ * the layout is described at the top of train_model.c. */
 #ifndef LATENT_TRAINER_INTERNAL_H
 #define LATENT_TRAINER_INTERNAL_H
 
@@ -125,6 +126,14 @@ void latent_trm_blk_fwd_qkv(latent_trainer *t, int l, blk *A, const chain *ch);
 void latent_trm_blk_fwd_out(latent_trainer *t, int l, blk *A, const chain *ch);
 void latent_trm_blk_forward(latent_trainer *t, int l, blk *A, const chain *ch);
 void latent_trm_blk_backward(latent_trainer *t, int l, const blk *A, const chain *ch, latent_weights *g);
+/* The backward's two halves around the attention (LRT routes its keys'
+ * gradient between them): from t->dres at the block output through the MLP
+ * and Wo to t->dres at x2's residual path and t->dO; then from dq, dk, dv
+ * (after RoPE, written in place) and t->dres at xi to t->dres at the block
+ * input, dmem (n, d) accumulating the memory's gradient (when ch->mem). */
+void latent_trm_blk_bwd_out(latent_trainer *t, int l, const blk *A, const chain *ch, latent_layer *G);
+void latent_trm_blk_bwd_qkv(latent_trainer *t, int l, const blk *A, const chain *ch, latent_layer *G, float *dq,
+                            float *dk, float *dv, float *dmem);
 /* The final norm, LM head and loss over n rows (head_loss: the mean over
  * the scored rows; with bwd the logits become their gradient), and back to
  * t->dres. */
@@ -134,7 +143,9 @@ double latent_trm_head_loss(latent_trainer *t, head *h, int idx, const int32_t *
 void latent_trm_head_backward(latent_trainer *t, head *h, const float *x, int n, const float *dfn_extra,
                               latent_weights *g);
 
-/* The T2MLR Jacobi step (train_jacobi.c): loss, gradients into g unless NULL. */
+/* The T2MLR Jacobi step (train_jacobi.c) and the LRT interleaved step
+ * (train_lrt.c): loss, gradients into g unless NULL. */
 double latent_trm_jacobi_step(latent_trainer *t, latent_weights *g);
+double latent_trm_lrt_step(latent_trainer *t, latent_weights *g);
 
 #endif
