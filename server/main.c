@@ -48,7 +48,14 @@ static void wake_loop(void *arg) { uv_async_send(&((srv_ctx *)arg)->wake); }
  * /health keeps answering 503 meanwhile. */
 static void load_work(uv_work_t *w) {
     srv_ctx *x = w->data;
-    x->load_rc = latent_model_load(&x->model, x->cfg.model_dir, &x->load_err);
+    latent_engine_opts eo = {0};
+    latent_precision_parse(x->cfg.precision, &eo.precision); /* checked by the settings table */
+    latent_weights_parse(x->cfg.weights, &eo.weights, &eo.precision); /* f32, bf16 set the precision */
+    /* A BF16 checkpoint under a bf16 engine packs its panels straight from the
+     * file mapping: no F32 copy (latent_load_opts.keep_bf16). F32 and q8 need
+     * the widened weights. */
+    latent_load_opts lo = {.keep_bf16 = eo.precision != LATENT_PRECISION_F32 && eo.weights != LATENT_WEIGHTS_Q8};
+    x->load_rc = latent_model_load_opts(&x->model, x->cfg.model_dir, &lo, &x->load_err);
     if (x->load_rc == 0 && !x->model.tok) {
         x->load_rc = -1;
         latent_err_set(&x->load_err, LATENT_E_INVALID, "%s has no tokenizer.json (the server needs one)", x->cfg.model_dir);
@@ -58,8 +65,7 @@ static void load_work(uv_work_t *w) {
                         .max_sessions = x->cfg.max_sessions, .queue_len = x->cfg.queue_len,
                         .step_tokens = x->cfg.step_tokens, .prefill_chunk = x->cfg.prefill_chunk,
                         .cache_entries = x->cfg.prefix_cache};
-    latent_precision_parse(x->cfg.precision, &o.engine.precision); /* checked by the settings table */
-    latent_weights_parse(x->cfg.weights, &o.engine.weights, &o.engine.precision); /* f32, bf16 set the precision */
+    o.engine.precision = eo.precision, o.engine.weights = eo.weights;
     o.kv_dtype = x->cfg.kv_dtype;
     o.engine.nondeterministic = strcmp(x->cfg.deterministic, "false") == 0;
     latent_err err;
