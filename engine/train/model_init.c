@@ -3,7 +3,6 @@
 #define _GNU_SOURCE /* renameat2 */
 #include "latent/model_init.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "latent/rng.h"
+#include "train/dir_io.h"
 
 void latent_init_defaults(latent_init_opts *o) {
     memset(o, 0, sizeof *o);
@@ -129,21 +129,6 @@ const char *const latent_model_side_files[] = {
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json", NULL,
 };
 
-static char *path_join(const char *a, const char *b) {
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *s = malloc(n);
-    if (s) snprintf(s, n, "%s/%s", a, b);
-    return s;
-}
-
-static int fsync_path(const char *path, int directory) {
-    int fd = open(path, (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 /* Copies src to dst (a new file) and fsyncs it. */
 static int copy_file(const char *src, const char *dst, latent_err *err) {
     int in = open(src, O_RDONLY | O_CLOEXEC);
@@ -181,22 +166,6 @@ static int copy_file(const char *src, const char *dst, latent_err *err) {
     return rc;
 }
 
-/* Removes the regular files of a directory we created, then the directory. */
-static void remove_dir_files(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *p = path_join(dir, e->d_name);
-            if (p) unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 static char *parent_of(const char *path) {
     char *s = strdup(path);
     if (!s) return NULL;
@@ -231,25 +200,25 @@ int latent_model_dir_write(const char *dir, const latent_config *cfg, const late
     snprintf(tmp, tn, "%s.tmp-%ld", dir, (long)getpid());
     char *path = NULL;
     int rc = -1;
-    remove_dir_files(tmp); /* a leftover of an earlier run with our pid */
+    latent_remove_flat_dir(tmp); /* a leftover of an earlier run with our pid */
     if (mkdir(tmp, 0755) != 0) {
         latent_err_set(err, LATENT_E_IO, "%s: cannot create: %s (does %s exist?)", tmp, strerror(errno), parent);
         goto done;
     }
-    if (!(path = path_join(tmp, "config.json"))) goto oom;
+    if (!(path = latent_path_join(tmp, "config.json"))) goto oom;
     if (latent_config_save_dtype(cfg, path, bf16, err) != 0) goto fail;
     if (latent_weights_save(w, tmp, bf16, err) != 0) goto fail;
     for (int i = 0; files_from && latent_model_side_files[i]; i++) {
         free(path);
-        if (!(path = path_join(files_from, latent_model_side_files[i]))) goto oom;
+        if (!(path = latent_path_join(files_from, latent_model_side_files[i]))) goto oom;
         if (access(path, F_OK) != 0) continue;
-        char *dst = path_join(tmp, latent_model_side_files[i]);
+        char *dst = latent_path_join(tmp, latent_model_side_files[i]);
         if (!dst) goto oom;
         int c = copy_file(path, dst, err);
         free(dst);
         if (c != 0) goto fail;
     }
-    if (fsync_path(tmp, 1) != 0) {
+    if (latent_fsync_path(tmp, 1) != 0) {
         latent_err_set(err, LATENT_E_INVALID, "%s: fsync failed: %s", tmp, strerror(errno));
         goto fail;
     }
@@ -265,9 +234,9 @@ int latent_model_dir_write(const char *dir, const latent_config *cfg, const late
             latent_err_set(err, LATENT_E_INVALID, "%s: cannot swap in %s: %s", dir, tmp, strerror(errno));
             goto fail;
         }
-        remove_dir_files(tmp);
+        latent_remove_flat_dir(tmp);
     }
-    if (fsync_path(parent, 1) != 0) {
+    if (latent_fsync_path(parent, 1) != 0) {
         latent_err_set(err, LATENT_E_INVALID, "%s: fsync failed: %s", parent, strerror(errno));
         goto done;
     }
@@ -276,7 +245,7 @@ int latent_model_dir_write(const char *dir, const latent_config *cfg, const late
 oom:
     latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
 fail:
-    remove_dir_files(tmp);
+    latent_remove_flat_dir(tmp);
 done:
     free(path);
     free(tmp);

@@ -31,37 +31,7 @@
 
 #include "latent/model_init.h"
 #include "safetensors.h"
-
-static char *join(const char *a, const char *b) {
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *s = malloc(n);
-    if (s) snprintf(s, n, "%s/%s", a, b);
-    return s;
-}
-
-static int fsync_dir(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
-/* Removes a checkpoint directory (flat: files only) and the directory. */
-static void remove_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *p = join(dir, e->d_name);
-            if (p) unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
+#include "train/dir_io.h"
 
 /* Removes the temporary directories that saves killed mid-write left in
  * out (".step-N.staging.tmp-PID", written by latent_model_dir_write), when
@@ -77,8 +47,8 @@ static void remove_stale_tmp_dirs(const char *out) {
         long pid = strtol(tag + strlen(".staging.tmp-"), &end, 10);
         if (*end || pid <= 0 || pid == (long)getpid()) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
-        char *p = join(out, e->d_name);
-        if (p) remove_flat_dir(p);
+        char *p = latent_path_join(out, e->d_name);
+        if (p) latent_remove_flat_dir(p);
         free(p);
     }
     closedir(d);
@@ -132,7 +102,7 @@ static int save_optimizer(const char *dir, const latent_optim *opt, latent_err *
     if (!opt->o.adamw) return 0;
     const latent_weights *m = &opt->m;
     int n = m->n_params;
-    char *path = join(dir, "optimizer.safetensors");
+    char *path = latent_path_join(dir, "optimizer.safetensors");
     char **names = calloc(2 * n, sizeof *names);
     const float **data = calloc(2 * n, sizeof *data);
     int *ndims = calloc(2 * n, sizeof *ndims);
@@ -165,77 +135,66 @@ done:
     return rc;
 }
 
-int latent_ckpt_save_dtype(const char *out, const latent_model *m, const latent_optim *opt,
-                           const latent_train_state *st, const char *tok_dir, int keep, int bf16, latent_err *err) {
-    char name[64], staging_name[80];
-    snprintf(name, sizeof name, "step-%08lld", (long long)st->step);
-    snprintf(staging_name, sizeof staging_name, ".%s.staging", name);
-    char *staging = join(out, staging_name), *final = join(out, name), *file = NULL;
-    char *link_tmp = join(out, ".latest.tmp"), *link = join(out, "latest");
-    int rc = -1;
-    if (!staging || !final || !link_tmp || !link) {
-        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", out);
-        goto done;
-    }
-    remove_flat_dir(staging); /* a crashed save's leftover */
-    remove_stale_tmp_dirs(out);
-    if (latent_model_dir_write(staging, &m->cfg, &m->w, bf16, tok_dir, 1, err) != 0) goto done;
+/* The checkpoint's files into the staging directory: the model directory,
+ * the optimizer, trainer.json; then the directory fsynced. 0, or -1 with err. */
+static int stage_checkpoint(const char *staging, const char *out, const latent_model *m, const latent_optim *opt,
+                            const latent_train_state *st, const char *tok_dir, int bf16, latent_err *err) {
+    if (latent_model_dir_write(staging, &m->cfg, &m->w, bf16, tok_dir, 1, err) != 0) return -1;
     crash_point(st->step, "model");
-    if (save_optimizer(staging, opt, err) != 0) goto done;
+    if (save_optimizer(staging, opt, err) != 0) return -1;
     crash_point(st->step, "optimizer");
     json_t *j = json_pack("{s:I, s:I, s:f, s:s}", "step", (json_int_t)st->step, "seed", (json_int_t)st->seed,
                           "loss", st->last_loss, "optimizer", opt->o.adamw ? "adamw" : "sgd");
     char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(j);
-    if (!text || !(file = join(staging, "trainer.json"))) {
+    char *file = text ? latent_path_join(staging, "trainer.json") : NULL;
+    if (!file) {
         free(text);
-        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", out);
-        goto done;
+        return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", out);
     }
     int w = write_text_atomic(file, text, err);
-    free(text);
-    if (w != 0) goto done;
-    if (fsync_dir(staging) != 0) {
-        latent_err_set(err, LATENT_E_FORMAT, "%s: fsync failed: %s", staging, strerror(errno));
-        goto done;
-    }
-    crash_point(st->step, "rename");
-    /* a step directory of the same number from before a resume is stale */
+    free(text), free(file);
+    if (w != 0) return -1;
+    if (latent_fsync_path(staging, 1) != 0)
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: fsync failed: %s", staging, strerror(errno));
+    return 0;
+}
+
+/* The staged checkpoint becomes OUT/name (replacing a stale directory of
+ * that number from before a resume, never the latest one), then `latest`
+ * points at it; each change fsynced. 0, or -1 with err. */
+static int publish_checkpoint(const char *out, const char *staging, const char *final, const char *name,
+                              const char *link_tmp, const char *link, int64_t step, latent_err *err) {
+    crash_point(step, "rename");
     char target[PATH_MAX];
     ssize_t tl = readlink(link, target, sizeof target - 1);
     if (tl > 0) target[tl] = 0;
     if (access(final, F_OK) == 0) {
-        if (tl > 0 && !strcmp(target, name)) {
-            latent_err_set(err, LATENT_E_FORMAT, "%s: is the latest checkpoint already", final);
-            goto done;
-        }
-        remove_flat_dir(final);
+        if (tl > 0 && !strcmp(target, name))
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: is the latest checkpoint already", final);
+        latent_remove_flat_dir(final);
     }
-    if (rename(staging, final) != 0) {
-        latent_err_set(err, LATENT_E_IO, "%s: cannot rename to %s: %s", staging, final, strerror(errno));
-        goto done;
-    }
-    if (fsync_dir(out) != 0) {
-        latent_err_set(err, LATENT_E_FORMAT, "%s: fsync failed: %s", out, strerror(errno));
-        goto done;
-    }
-    crash_point(st->step, "latest");
+    if (rename(staging, final) != 0)
+        return latent_err_set(err, LATENT_E_IO, "%s: cannot rename to %s: %s", staging, final, strerror(errno));
+    if (latent_fsync_path(out, 1) != 0)
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: fsync failed: %s", out, strerror(errno));
+    crash_point(step, "latest");
     unlink(link_tmp);
-    if (symlink(name, link_tmp) != 0 || rename(link_tmp, link) != 0) {
-        latent_err_set(err, LATENT_E_FORMAT, "%s: cannot point at %s: %s", link, name, strerror(errno));
-        goto done;
-    }
-    if (fsync_dir(out) != 0) {
-        latent_err_set(err, LATENT_E_FORMAT, "%s: fsync failed: %s", out, strerror(errno));
-        goto done;
-    }
-    /* OUT as a model directory: symlinks through `latest` (never replacing a
-     * real file of that name) */
+    if (symlink(name, link_tmp) != 0 || rename(link_tmp, link) != 0)
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: cannot point at %s: %s", link, name, strerror(errno));
+    if (latent_fsync_path(out, 1) != 0)
+        return latent_err_set(err, LATENT_E_FORMAT, "%s: fsync failed: %s", out, strerror(errno));
+    return 0;
+}
+
+/* OUT as a model directory: symlinks through `latest` (never replacing a
+ * real file of that name). */
+static void link_model_files(const char *out, const char *final) {
     static const char *model_files[] = {"config.json", "model.safetensors", NULL};
     for (int k = 0; k < 2; k++) {
         const char *const *names = k ? latent_model_side_files : model_files;
         for (int i = 0; names[i]; i++) {
-            char *in_ckpt = join(final, names[i]), *at_out = join(out, names[i]);
+            char *in_ckpt = latent_path_join(final, names[i]), *at_out = latent_path_join(out, names[i]);
             char target_rel[256];
             snprintf(target_rel, sizeof target_rel, "latest/%s", names[i]);
             struct stat sb;
@@ -243,44 +202,66 @@ int latent_ckpt_save_dtype(const char *out, const latent_model *m, const latent_
             free(in_ckpt), free(at_out);
         }
     }
-    rc = 0;
-    /* keep the newest `keep` checkpoints (by step number) */
-    if (keep > 0) {
-        DIR *d = opendir(out);
-        long long *steps = NULL;
-        int n = 0, cap = 0;
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            long long s;
-            char tail;
-            if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
-            if (n == cap) {
-                long long *ns = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *ns);
-                if (!ns) break;
-                steps = ns;
-            }
-            steps[n++] = s;
+}
+
+/* Keeps the newest `keep` checkpoints (by step number) and step `current`. */
+static void prune_checkpoints(const char *out, int keep, int64_t current) {
+    DIR *d = opendir(out);
+    long long *steps = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        long long s;
+        char tail;
+        if (sscanf(e->d_name, "step-%lld%c", &s, &tail) != 1) continue;
+        if (n == cap) {
+            long long *ns = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *ns);
+            if (!ns) break;
+            steps = ns;
         }
-        if (d) closedir(d);
-        for (int i = 0; i < n; i++) {
-            int newer = 0;
-            for (int k = 0; k < n; k++) newer += steps[k] > steps[i];
-            if (newer < keep || steps[i] == st->step) continue;
-            char old[64];
-            snprintf(old, sizeof old, "step-%08lld", steps[i]);
-            char *p = join(out, old);
-            if (p) remove_flat_dir(p);
-            free(p);
-        }
-        free(steps);
+        steps[n++] = s;
     }
+    if (d) closedir(d);
+    for (int i = 0; i < n; i++) {
+        int newer = 0;
+        for (int k = 0; k < n; k++) newer += steps[k] > steps[i];
+        if (newer < keep || steps[i] == current) continue;
+        char old[64];
+        snprintf(old, sizeof old, "step-%08lld", steps[i]);
+        char *p = latent_path_join(out, old);
+        if (p) latent_remove_flat_dir(p);
+        free(p);
+    }
+    free(steps);
+}
+
+int latent_ckpt_save_dtype(const char *out, const latent_model *m, const latent_optim *opt,
+                           const latent_train_state *st, const char *tok_dir, int keep, int bf16, latent_err *err) {
+    char name[64], staging_name[80];
+    snprintf(name, sizeof name, "step-%08lld", (long long)st->step);
+    snprintf(staging_name, sizeof staging_name, ".%s.staging", name);
+    char *staging = latent_path_join(out, staging_name), *final = latent_path_join(out, name);
+    char *link_tmp = latent_path_join(out, ".latest.tmp"), *link = latent_path_join(out, "latest");
+    int rc = -1;
+    if (!staging || !final || !link_tmp || !link) {
+        latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", out);
+        goto done;
+    }
+    latent_remove_flat_dir(staging); /* a crashed save's leftover */
+    remove_stale_tmp_dirs(out);
+    if (stage_checkpoint(staging, out, m, opt, st, tok_dir, bf16, err) != 0 ||
+        publish_checkpoint(out, staging, final, name, link_tmp, link, st->step, err) != 0)
+        goto done;
+    link_model_files(out, final);
+    rc = 0;
+    if (keep > 0) prune_checkpoints(out, keep, st->step);
 done:
-    free(staging), free(final), free(file), free(link_tmp), free(link);
+    free(staging), free(final), free(link_tmp), free(link);
     return rc;
 }
 
 int latent_ckpt_load_state(const char *dir, latent_optim *opt, latent_train_state *st, latent_err *err) {
-    char *path = join(dir, "trainer.json");
+    char *path = latent_path_join(dir, "trainer.json");
     if (!path) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", dir);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
@@ -307,7 +288,7 @@ int latent_ckpt_load_state(const char *dir, latent_optim *opt, latent_train_stat
         return latent_err_set(err, LATENT_E_FORMAT, "%s: checkpoint was trained with %s; resume with --optimizer %s", dir, o, o);
     opt->step = st->step;
     if (!adamw) return 0;
-    path = join(dir, "optimizer.safetensors");
+    path = latent_path_join(dir, "optimizer.safetensors");
     st_file f;
     if (!path || latent_st_file_open(&f, path, err) != 0) {
         free(path);
