@@ -103,14 +103,16 @@ static void run_mode(const char *name, const latent_model *m, latent_train_mode 
 
 int main(void) {
     latent_set_threads(2);
+    static const struct { const char *name; latent_train_mode mode; } modes[] = {
+        {"plain", LATENT_TRAIN_PLAIN}, {"t2mlr jacobi", LATENT_TRAIN_JACOBI}, {"lrt", LATENT_TRAIN_LRT}};
     latent_config base = tm_config(32, 3, 4, 2, 48, 50);
-    latent_model plain, t2, lrt;
-    tm_model(&plain, base, 3, 0);
-    tm_model(&t2, tm_t2mlr(base, 1, 1, 1), 3, 0);
-    tm_model(&lrt, tm_lrt(base, 1, 0, 2, 0), 3, 0);
-    run_mode("plain", &plain, LATENT_TRAIN_PLAIN);
-    run_mode("t2mlr jacobi", &t2, LATENT_TRAIN_JACOBI);
-    run_mode("lrt", &lrt, LATENT_TRAIN_LRT);
-    latent_weights_free(&plain.w), latent_weights_free(&t2.w), latent_weights_free(&lrt.w);
+    for (int i = 0; i < 3; i++) {
+        latent_model m;
+        latent_train_mode mode = modes[i].mode;
+        tm_model(&m, mode == LATENT_TRAIN_JACOBI ? tm_t2mlr(base, 1, 1, 1) : mode == LATENT_TRAIN_LRT ? tm_lrt(base, 1, 0, 2, 0) : base,
+                 3, 0);
+        run_mode(modes[i].name, &m, mode);
+        latent_weights_free(&m.w);
+    }
     return tu_finish("test_train_faults");
 }
