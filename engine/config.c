@@ -165,6 +165,81 @@ static int cfg_refuse_unsupported(const cfg_ctx *c, const json_t *root) {
     return 0;
 }
 
+/* The model's shape: sizes, heads and head_dim, checked against each other.
+ * 0, or -1 with the error set. */
+static int cfg_parse_shape(const cfg_ctx *c, const json_t *root, latent_config *cfg) {
+    const char *origin = c->origin;
+    const int big = 1 << 30;
+    if (cfg_int(c, root, "hidden_size", 1, 0, 1, big, "a positive integer", &cfg->d) < 0 ||
+        cfg_int(c, root, "intermediate_size", 1, 0, 1, big, "a positive integer", &cfg->ffn) < 0 ||
+        cfg_int(c, root, "num_hidden_layers", 1, 0, 1, 100000, "a positive integer",
+                &cfg->n_layers) < 0 ||
+        cfg_int(c, root, "num_attention_heads", 1, 0, 1, 1 << 20, "a positive integer",
+                &cfg->n_heads) < 0 ||
+        cfg_int(c, root, "num_key_value_heads", 0, cfg->n_heads, 1, cfg->n_heads,
+                "a positive integer no larger than num_attention_heads", &cfg->n_kv_heads) < 0 ||
+        cfg_int(c, root, "vocab_size", 1, 0, 1, big, "a positive integer", &cfg->vocab) < 0 ||
+        cfg_int(c, root, "max_position_embeddings", 0, 2048, 1, big, "a positive integer",
+                &cfg->max_pos) < 0)
+        return -1;
+    if (cfg->n_heads % cfg->n_kv_heads != 0)
+        return latent_err_set(c->err, LATENT_E_FORMAT, "%s: \"num_attention_heads\" (%d) must be a multiple of "
+                              "\"num_key_value_heads\" (%d)",
+                              origin, cfg->n_heads, cfg->n_kv_heads);
+    const json_t *hd = json_object_get(root, "head_dim");
+    if (!hd || json_is_null(hd)) {
+        if (cfg->d % cfg->n_heads != 0)
+            return latent_err_set(c->err, LATENT_E_FORMAT, "%s: \"hidden_size\" (%d) must be a multiple of "
+                                  "\"num_attention_heads\" (%d) when \"head_dim\" is not given",
+                                  origin, cfg->d, cfg->n_heads);
+        cfg->head_dim = cfg->d / cfg->n_heads;
+        if (cfg->head_dim > (1 << 16)) /* the limit an explicit head_dim has (and save writes it) */
+            return latent_err_set(c->err, LATENT_E_UNSUPPORTED,
+                                  "%s: \"hidden_size\" / \"num_attention_heads\" gives a head_dim of %d; at most %d "
+                                  "is supported",
+                                  origin, cfg->head_dim, 1 << 16);
+    } else if (cfg_int(c, root, "head_dim", 1, 0, 1, 1 << 16, "a positive even integer", &cfg->head_dim) < 0) {
+        return -1;
+    }
+    if (cfg->head_dim % 2 != 0) /* RoPE rotates pairs (j, j + head_dim/2). */
+        return latent_err_set(c->err, LATENT_E_FORMAT, "%s: \"head_dim\" must be even for RoPE (it is %d%s)", origin,
+                              cfg->head_dim, (!hd || json_is_null(hd)) ? ", hidden_size / num_attention_heads" : "");
+    if ((long long)cfg->n_heads * cfg->head_dim > (1LL << 30))
+        return latent_err_set(c->err, LATENT_E_FORMAT, "%s: \"num_attention_heads\" * \"head_dim\" is too large", origin);
+    return 0;
+}
+
+/* bos_token_id, and eos_token_id: one id, a list of them, or null. 0, or
+ * -1 with the error set. */
+static int cfg_parse_special_ids(const cfg_ctx *c, const json_t *root, latent_config *cfg) {
+    char what[96];
+    snprintf(what, sizeof what, "a token id in [0, %d] or null", cfg->vocab - 1);
+    if (cfg_int(c, root, "bos_token_id", 0, -1, 0, cfg->vocab - 1, what, &cfg->bos_id) < 0) return -1;
+    const json_t *eos = json_object_get(root, "eos_token_id");
+    cfg->eos_id = -1;
+    cfg->n_eos = 0;
+    if (!json_is_array(eos)) {
+        snprintf(what, sizeof what, "a token id in [0, %d], a list of them, or null", cfg->vocab - 1);
+        if (cfg_int(c, root, "eos_token_id", 0, -1, 0, cfg->vocab - 1, what, &cfg->eos_id) < 0) return -1;
+        if (cfg->eos_id >= 0) cfg->eos_ids[cfg->n_eos++] = cfg->eos_id;
+        return 0;
+    }
+    size_t n = json_array_size(eos);
+    int max = (int)(sizeof cfg->eos_ids / sizeof cfg->eos_ids[0]);
+    if ((int)n > max)
+        return latent_err_set(c->err, LATENT_E_FORMAT, "%s: \"eos_token_id\" lists %zu ids; at most %d are supported",
+                              c->origin, n, max);
+    snprintf(what, sizeof what, "a list of token ids in [0, %d]", cfg->vocab - 1);
+    for (size_t i = 0; i < n; i++) {
+        long long x;
+        if (cfg_as_int(json_array_get(eos, i), &x) < 0 || x < 0 || x >= cfg->vocab)
+            return cfg_bad(c, "eos_token_id", what, eos);
+        cfg->eos_ids[cfg->n_eos++] = (int)x;
+    }
+    if (n) cfg->eos_id = cfg->eos_ids[0];
+    return 0;
+}
+
 int latent_config_parse(const char *json_text, const char *origin, latent_config *cfg,
                         latent_err *err) {
     if (!origin) origin = "config.json";
@@ -180,95 +255,12 @@ int latent_config_parse(const char *json_text, const char *origin, latent_config
         latent_err_set(err, LATENT_E_FORMAT, "%s: the top level must be a JSON object", origin);
         goto out;
     }
-    if (cfg_refuse_unsupported(&c, root) < 0) goto out;
-
-    const int big = 1 << 30;
-    if (cfg_int(&c, root, "hidden_size", 1, 0, 1, big, "a positive integer", &cfg->d) < 0 ||
-        cfg_int(&c, root, "intermediate_size", 1, 0, 1, big, "a positive integer", &cfg->ffn) < 0 ||
-        cfg_int(&c, root, "num_hidden_layers", 1, 0, 1, 100000, "a positive integer",
-                &cfg->n_layers) < 0 ||
-        cfg_int(&c, root, "num_attention_heads", 1, 0, 1, 1 << 20, "a positive integer",
-                &cfg->n_heads) < 0 ||
-        cfg_int(&c, root, "num_key_value_heads", 0, cfg->n_heads, 1, cfg->n_heads,
-                "a positive integer no larger than num_attention_heads", &cfg->n_kv_heads) < 0 ||
-        cfg_int(&c, root, "vocab_size", 1, 0, 1, big, "a positive integer", &cfg->vocab) < 0 ||
-        cfg_int(&c, root, "max_position_embeddings", 0, 2048, 1, big, "a positive integer",
-                &cfg->max_pos) < 0)
-        goto out;
-    if (cfg->n_heads % cfg->n_kv_heads != 0) {
-        latent_err_set(err, LATENT_E_FORMAT, "%s: \"num_attention_heads\" (%d) must be a multiple of "
-                       "\"num_key_value_heads\" (%d)",
-                       origin, cfg->n_heads, cfg->n_kv_heads);
-        goto out;
-    }
-    const json_t *hd = json_object_get(root, "head_dim");
-    if (!hd || json_is_null(hd)) {
-        if (cfg->d % cfg->n_heads != 0) {
-            latent_err_set(err, LATENT_E_FORMAT, "%s: \"hidden_size\" (%d) must be a multiple of \"num_attention_heads\" "
-                           "(%d) when \"head_dim\" is not given",
-                           origin, cfg->d, cfg->n_heads);
-            goto out;
-        }
-        cfg->head_dim = cfg->d / cfg->n_heads;
-        if (cfg->head_dim > (1 << 16)) { /* the limit an explicit head_dim has (and save writes it) */
-            latent_err_set(err, LATENT_E_UNSUPPORTED,
-                           "%s: \"hidden_size\" / \"num_attention_heads\" gives a head_dim of %d; at most %d "
-                           "is supported",
-                           origin, cfg->head_dim, 1 << 16);
-            goto out;
-        }
-    } else if (cfg_int(&c, root, "head_dim", 1, 0, 1, 1 << 16, "a positive even integer",
-                       &cfg->head_dim) < 0) {
-        goto out;
-    }
-    if (cfg->head_dim % 2 != 0) {
-        /* RoPE rotates pairs (j, j + head_dim/2). */
-        latent_err_set(err, LATENT_E_FORMAT, "%s: \"head_dim\" must be even for RoPE (it is %d%s)", origin,
-                       cfg->head_dim, (!hd || json_is_null(hd)) ? ", hidden_size / num_attention_heads" : "");
-        goto out;
-    }
-    if ((long long)cfg->n_heads * cfg->head_dim > (1LL << 30)) {
-        latent_err_set(err, LATENT_E_FORMAT, "%s: \"num_attention_heads\" * \"head_dim\" is too large", origin);
-        goto out;
-    }
+    if (cfg_refuse_unsupported(&c, root) < 0 || cfg_parse_shape(&c, root, cfg) < 0) goto out;
     if (cfg_float(&c, root, "rms_norm_eps", 1e-6f, 1, "a positive number", &cfg->rms_eps) < 0 ||
         cfg_float(&c, root, "rope_theta", 10000.0f, 1, "a positive number", &cfg->rope_theta) < 0 ||
         cfg_bool(&c, root, "tie_word_embeddings", false, &cfg->tie_embeddings) < 0)
         goto out;
-
-    char what[96];
-    snprintf(what, sizeof what, "a token id in [0, %d] or null", cfg->vocab - 1);
-    if (cfg_int(&c, root, "bos_token_id", 0, -1, 0, cfg->vocab - 1, what, &cfg->bos_id) < 0)
-        goto out;
-    const json_t *eos = json_object_get(root, "eos_token_id");
-    cfg->eos_id = -1;
-    cfg->n_eos = 0;
-    if (json_is_array(eos)) {
-        size_t n = json_array_size(eos);
-        int max = (int)(sizeof cfg->eos_ids / sizeof cfg->eos_ids[0]);
-        if ((int)n > max) {
-            latent_err_set(err, LATENT_E_FORMAT, "%s: \"eos_token_id\" lists %zu ids; at most %d are supported",
-                           origin, n, max);
-            goto out;
-        }
-        snprintf(what, sizeof what, "a list of token ids in [0, %d]", cfg->vocab - 1);
-        for (size_t i = 0; i < n; i++) {
-            long long x;
-            if (cfg_as_int(json_array_get(eos, i), &x) < 0 || x < 0 || x >= cfg->vocab) {
-                cfg_bad(&c, "eos_token_id", what, eos);
-                goto out;
-            }
-            cfg->eos_ids[cfg->n_eos++] = (int)x;
-        }
-        if (n) cfg->eos_id = cfg->eos_ids[0];
-    } else {
-        snprintf(what, sizeof what, "a token id in [0, %d], a list of them, or null",
-                 cfg->vocab - 1);
-        if (cfg_int(&c, root, "eos_token_id", 0, -1, 0, cfg->vocab - 1, what, &cfg->eos_id) < 0)
-            goto out;
-        if (cfg->eos_id >= 0) cfg->eos_ids[cfg->n_eos++] = cfg->eos_id;
-    }
-
+    if (cfg_parse_special_ids(&c, root, cfg) < 0) goto out;
     cfg->rec = LATENT_REC_NONE;
     const json_t *rec = json_object_get(root, "latent_recurrence");
     if (rec && !json_is_null(rec) && cfg_parse_recurrence(origin, rec, cfg, err) < 0) goto out;
@@ -328,9 +320,37 @@ int latent_config_save(const latent_config *cfg, const char *path, latent_err *e
     return latent_config_save_dtype(cfg, path, 0, err);
 }
 
-int latent_config_save_dtype(const latent_config *cfg, const char *path, int bf16, latent_err *err) {
+/* The "latent_recurrence" object of cfg, or NULL for a plain model. */
+static json_t *cfg_recurrence_json(const latent_config *cfg) {
+    json_t *r = NULL;
+    if (cfg->rec == LATENT_REC_T2MLR) {
+        const latent_t2mlr_config *t = &cfg->t2mlr;
+        r = json_object();
+        json_object_set_new(r, "type", json_string("t2mlr"));
+        json_object_set_new(r, "l_start", json_integer(t->l_start));
+        json_object_set_new(r, "l_end", json_integer(t->l_end));
+        json_object_set_new(r, "cache_residual", json_boolean(t->cache_residual));
+        json_object_set_new(r, "cache_norm_clamp", cfg_real(t->cache_norm_clamp));
+        json_object_set_new(r, "cache_norm_eps", cfg_real(t->cache_norm_eps));
+        json_object_set_new(r, "recur_on_prompt", json_boolean(t->recur_on_prompt));
+    } else if (cfg->rec == LATENT_REC_LRT) {
+        const latent_lrt_config *l = &cfg->lrt;
+        r = json_object();
+        json_object_set_new(r, "type", json_string("lrt"));
+        json_object_set_new(r, "source_layer", json_integer(l->source_layer));
+        json_object_set_new(r, "inject_start", json_integer(l->inject_start));
+        json_object_set_new(r, "inject_end", json_integer(l->inject_end));
+        json_object_set_new(r, "residual_injection", json_boolean(l->residual_injection));
+        json_object_set_new(r, "kv_injection", json_boolean(l->kv_injection));
+        json_object_set_new(r, "shared_kv_projection", json_boolean(l->shared_kv_projection));
+    }
+    return r;
+}
+
+/* config.json's object for cfg: the Llama fields, then the recurrence. */
+static json_t *cfg_to_json(const latent_config *cfg, int bf16) {
     json_t *o = json_object();
-    if (!o) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
+    if (!o) return NULL;
     json_object_set_new(o, "architectures", json_pack("[s]", "LlamaForCausalLM"));
     json_object_set_new(o, "model_type", json_string("llama"));
     json_object_set_new(o, "hidden_act", json_string("silu"));
@@ -358,37 +378,17 @@ int latent_config_save_dtype(const latent_config *cfg, const char *path, int bf1
         json_object_set_new(o, "eos_token_id",
                             cfg->eos_id >= 0 ? json_integer(cfg->eos_id) : json_null());
     }
-    if (cfg->rec == LATENT_REC_T2MLR) {
-        const latent_t2mlr_config *t = &cfg->t2mlr;
-        json_t *r = json_object();
-        json_object_set_new(r, "type", json_string("t2mlr"));
-        json_object_set_new(r, "l_start", json_integer(t->l_start));
-        json_object_set_new(r, "l_end", json_integer(t->l_end));
-        json_object_set_new(r, "cache_residual", json_boolean(t->cache_residual));
-        json_object_set_new(r, "cache_norm_clamp", cfg_real(t->cache_norm_clamp));
-        json_object_set_new(r, "cache_norm_eps", cfg_real(t->cache_norm_eps));
-        json_object_set_new(r, "recur_on_prompt", json_boolean(t->recur_on_prompt));
-        json_object_set_new(o, "latent_recurrence", r);
-    } else if (cfg->rec == LATENT_REC_LRT) {
-        const latent_lrt_config *l = &cfg->lrt;
-        json_t *r = json_object();
-        json_object_set_new(r, "type", json_string("lrt"));
-        json_object_set_new(r, "source_layer", json_integer(l->source_layer));
-        json_object_set_new(r, "inject_start", json_integer(l->inject_start));
-        json_object_set_new(r, "inject_end", json_integer(l->inject_end));
-        json_object_set_new(r, "residual_injection", json_boolean(l->residual_injection));
-        json_object_set_new(r, "kv_injection", json_boolean(l->kv_injection));
-        json_object_set_new(r, "shared_kv_projection", json_boolean(l->shared_kv_projection));
-        json_object_set_new(o, "latent_recurrence", r);
-    }
-    char *text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
-    json_decref(o);
-    if (!text) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
+    json_t *r = cfg_recurrence_json(cfg);
+    if (r) json_object_set_new(o, "latent_recurrence", r);
+    return o;
+}
 
-    /* Same atomic pattern as the weights: temp file, fsync, rename. */
+/* text and a newline to path, atomically (the weights' pattern: temp file,
+ * fsync, rename, then the directory entry). 0, or -1 with err set. */
+static int cfg_write_atomic(const char *path, const char *text, latent_err *err) {
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 5);
-    if (!tmp) { free(text); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path); }
+    if (!tmp) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
     int rc = -1;
@@ -424,6 +424,16 @@ int latent_config_save_dtype(const latent_config *cfg, const char *path, int bf1
     rc = 0;
 done:
     free(tmp);
+    return rc;
+}
+
+int latent_config_save_dtype(const latent_config *cfg, const char *path, int bf16, latent_err *err) {
+    json_t *o = cfg_to_json(cfg, bf16);
+    if (!o) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
+    char *text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (!text) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
+    int rc = cfg_write_atomic(path, text, err);
     free(text);
     return rc;
 }

@@ -333,17 +333,16 @@ static size_t bytelevel_decode(const char *s, size_t n, char *out) {
     return o;
 }
 
-static int load_vocab(latent_tokenizer *t, json_t *vocab, json_t *added, const char *path, latent_err *err) {
-    /* ids: the vocab's and the added tokens' */
-    long max_id = -1;
-    size_t total = 0;
+/* Checks the ids of the vocab and of the added tokens: *max_id the largest,
+ * *total the bytes of all their strings. 0, or -1 with err set. */
+static int vocab_count(json_t *vocab, json_t *added, const char *path, long *max_id, size_t *total, latent_err *err) {
     const char *key;
     json_t *v;
     json_object_foreach(vocab, key, v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= MAX_ID)
             return latent_err_set(err, LATENT_E_FORMAT, "%s: model.vocab[\"%s\"] is not an id in [0, %d)", path, key, MAX_ID);
-        if (json_integer_value(v) > max_id) max_id = (long)json_integer_value(v);
-        total += strlen(key);
+        if (json_integer_value(v) > *max_id) *max_id = (long)json_integer_value(v);
+        *total += strlen(key);
     }
     size_t i;
     json_array_foreach(added, i, v) {
@@ -353,35 +352,27 @@ static int load_vocab(latent_tokenizer *t, json_t *vocab, json_t *added, const c
             json_string_length(json_object_get(v, "content")) == 0)
             return latent_err_set(err, LATENT_E_FORMAT, "%s: added_tokens[%zu] needs an \"id\" in [0, %d) and a non-empty "
                                   "\"content\"", path, i, MAX_ID);
-        if (json_integer_value(id) > max_id) max_id = (long)json_integer_value(id);
-        total += json_string_length(json_object_get(v, "content"));
+        if (json_integer_value(id) > *max_id) *max_id = (long)json_integer_value(id);
+        *total += json_string_length(json_object_get(v, "content"));
     }
-    if (max_id < 0) return latent_err_set(err, LATENT_E_FORMAT, "%s: model.vocab is empty", path);
-    int n = (int)max_id + 1;
-    t->n_vocab = n;
-    size_t n_vocab_keys = json_object_size(vocab);
-    t->voff = calloc((size_t)n + 1, sizeof *t->voff);
-    t->doff = calloc((size_t)n + 1, sizeof *t->doff);
-    t->present = calloc((size_t)n, 1);
-    t->vstr = malloc(total + 1);
-    t->dbytes = malloc(total + 1);
-    t->vmap_mask = table_size(n_vocab_keys) - 1;
-    t->vmap = malloc(((size_t)t->vmap_mask + 1) * sizeof *t->vmap);
-    const char **by_id = calloc((size_t)n, sizeof *by_id);
-    if (!t->voff || !t->doff || !t->present || !t->vstr || !t->dbytes || !t->vmap || !by_id) {
-        free(by_id);
-        return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory for %d tokens", path, n);
-    }
+    if (*max_id < 0) return latent_err_set(err, LATENT_E_FORMAT, "%s: model.vocab is empty", path);
+    return 0;
+}
+
+/* The model vocab's strings: by_id[id] (n, zeroed) each id's key, t->vstr
+ * the strings in id order, t->vmap the string -> id map. 0, or -1 with err
+ * set when two keys share an id. */
+static int vocab_strings(latent_tokenizer *t, json_t *vocab, const char **by_id, const char *path, latent_err *err) {
+    const int n = t->n_vocab;
+    const char *key;
+    json_t *v;
     json_object_foreach(vocab, key, v) {
         int32_t id = (int32_t)json_integer_value(v);
-        if (by_id[id]) {
-            latent_err_set(err, LATENT_E_FORMAT, "%s: model.vocab gives id %d to both \"%s\" and \"%s\"", path, id, by_id[id], key);
-            free(by_id);
-            return -1;
-        }
+        if (by_id[id])
+            return latent_err_set(err, LATENT_E_FORMAT, "%s: model.vocab gives id %d to both \"%s\" and \"%s\"", path, id,
+                                  by_id[id], key);
         by_id[id] = key;
     }
-    /* model vocab strings, in id order, and the string -> id map */
     uint32_t off = 0;
     for (int id = 0; id < n; id++) {
         t->voff[id] = off;
@@ -400,22 +391,26 @@ static int load_vocab(latent_tokenizer *t, json_t *vocab, json_t *added, const c
         while (t->vmap[h] >= 0) h = (h + 1) & t->vmap_mask;
         t->vmap[h] = id;
     }
-    /* added tokens override the vocab string of their id (as id_to_token does) */
-    const char **content = by_id; /* reuse: the string each id decodes from */
+    return 0;
+}
+
+/* The added tokens into t->added; each overrides the string its id decodes
+ * from in content[] (as id_to_token does). 0, or -1 with err set. */
+static int load_added(latent_tokenizer *t, json_t *added, const char **content, const char *path, latent_err *err) {
+    size_t i;
+    json_t *v;
     t->n_added = (int)json_array_size(added);
     t->added = calloc((size_t)t->n_added + 1, sizeof *t->added);
-    if (!t->added) { free(by_id); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path); }
+    if (!t->added) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     json_array_foreach(added, i, v) {
         added_token *a = &t->added[i];
         json_t *c = json_object_get(v, "content");
         a->len = json_string_length(c);
         a->content = malloc(a->len + 1);
-        if (!a->content) { free(by_id); return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path); }
+        if (!a->content) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
         memcpy(a->content, json_string_value(c), a->len + 1);
-        if (strlen(a->content) != a->len) {
-            free(by_id);
+        if (strlen(a->content) != a->len)
             return latent_err_set(err, LATENT_E_FORMAT, "%s: added_tokens[%zu] content holds a NUL character", path, i);
-        }
         a->id = (int32_t)json_integer_value(json_object_get(v, "id"));
         a->special = (unsigned char)bool_field(v, "special", 0);
         a->lstrip = (unsigned char)bool_field(v, "lstrip", 0);
@@ -423,8 +418,15 @@ static int load_vocab(latent_tokenizer *t, json_t *vocab, json_t *added, const c
         a->single_word = (unsigned char)bool_field(v, "single_word", 0);
         content[a->id] = a->content;
     }
-    /* decoded bytes of every id */
-    off = 0;
+    return 0;
+}
+
+/* What encoding and decoding look up: every id's decoded bytes (from
+ * content[id]), the added tokens sorted for matching (by first byte,
+ * longest first), and the single-byte tokens every word starts from. */
+static void index_tokens(latent_tokenizer *t, const char *const *content) {
+    const int n = t->n_vocab;
+    uint32_t off = 0;
     for (int id = 0; id < n; id++) {
         t->doff[id] = off;
         if (!content[id]) continue;
@@ -432,21 +434,44 @@ static int load_vocab(latent_tokenizer *t, json_t *vocab, json_t *added, const c
         off += (uint32_t)bytelevel_decode(content[id], strlen(content[id]), t->dbytes + off);
     }
     t->doff[n] = off;
-    free(by_id);
-    /* added tokens sorted for matching: by first byte, longest first */
     qsort(t->added, (size_t)t->n_added, sizeof *t->added, cmp_added);
     int k = 0;
     for (int b = 0; b <= 256; b++) {
         t->added_start[b] = k;
         while (b < 256 && k < t->n_added && (unsigned char)t->added[k].content[0] == b) k++;
     }
-    /* single-byte tokens: what every word starts from */
     for (int b = 0; b < 256; b++) {
         char s[4];
         size_t l = utf8_put(byte_to_cp(b), s);
         t->byte_id[b] = vocab_find(t, s, l);
     }
-    return 0;
+}
+
+static int load_vocab(latent_tokenizer *t, json_t *vocab, json_t *added, const char *path, latent_err *err) {
+    long max_id = -1;
+    size_t total = 0;
+    if (vocab_count(vocab, added, path, &max_id, &total, err) != 0) return -1;
+    int n = (int)max_id + 1;
+    t->n_vocab = n;
+    size_t n_vocab_keys = json_object_size(vocab);
+    t->voff = calloc((size_t)n + 1, sizeof *t->voff);
+    t->doff = calloc((size_t)n + 1, sizeof *t->doff);
+    t->present = calloc((size_t)n, 1);
+    t->vstr = malloc(total + 1);
+    t->dbytes = malloc(total + 1);
+    t->vmap_mask = table_size(n_vocab_keys) - 1;
+    t->vmap = malloc(((size_t)t->vmap_mask + 1) * sizeof *t->vmap);
+    const char **by_id = calloc((size_t)n, sizeof *by_id);
+    if (!t->voff || !t->doff || !t->present || !t->vstr || !t->dbytes || !t->vmap || !by_id) {
+        free(by_id);
+        return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory for %d tokens", path, n);
+    }
+    /* by_id becomes the string each id decodes from: the vocab's, then the added tokens' */
+    int rc = vocab_strings(t, vocab, by_id, path, err);
+    if (rc == 0) rc = load_added(t, added, by_id, path, err);
+    if (rc == 0) index_tokens(t, by_id);
+    free(by_id);
+    return rc;
 }
 
 /* One merge: the two token strings, from "a b" or ["a", "b"]. */
