@@ -184,17 +184,9 @@ static int top_p_prefilter(int32_t *ix, int m, const float *logits, const float 
     return j;
 }
 
-/* Temperature, top-k, top-p, min-p and one inverse-CDF draw. w: vocab floats,
- * ix: vocab ints (scratch). best is the argmax of logits. When the weights of
- * the whole vocabulary at T = 1 were summed, *sum_all gets the sum (the
- * log-softmax needs the same one), else -1. */
-static int32_t sample_filtered(const latent_sampler_params *p, latent_rng *rng,
-                               const float *logits, int vocab, float max, int32_t best,
-                               float *w, int32_t *ix, double *sum_all) {
-    float inv_t = 1.0f / p->temperature;
-
-    /* top-k: the k best ids into ix[0..k); a bounded heap for small k,
-     * quickselect for large k */
+/* top-k: the k best ids into ix[0..k) (every id, in order, when top-k is
+ * off); a bounded heap for small k, quickselect for large k. The count. */
+static int top_k_ids(const latent_sampler_params *p, const float *logits, int vocab, int32_t *ix) {
     int n = vocab;
     if (p->top_k > 0 && p->top_k < vocab) {
         n = p->top_k;
@@ -207,6 +199,36 @@ static int32_t sample_filtered(const latent_sampler_params *p, latent_rng *rng,
     } else {
         for (int i = 0; i < vocab; i++) ix[i] = i;
     }
+    return n;
+}
+
+/* top-p over ix[0..m) (target = top_p of the top-k mass): bucket
+ * pre-filter, then pop the best from a heap until the nucleus holds the
+ * target. The nucleus is ix[s..m'), s returned, m' into *m. */
+static int top_p_nucleus(int32_t *ix, int *m, const float *logits, const float *w, float max, float inv_t,
+                         double target) {
+    *m = top_p_prefilter(ix, *m, logits, w, max, inv_t, target);
+    heap_build(ix, *m, logits, 0);
+    int end = *m;
+    double cum = 0;
+    do {
+        swap_ids(ix, 0, end - 1);   /* best goes to the popped tail */
+        end--;
+        heap_sift_down(ix, 0, end, logits, 0);
+        cum += w[ix[end]];
+    } while (cum < target && end > 0);
+    return end;
+}
+
+/* Temperature, top-k, top-p, min-p and one inverse-CDF draw. w: vocab floats,
+ * ix: vocab ints (scratch). best is the argmax of logits. When the weights of
+ * the whole vocabulary at T = 1 were summed, *sum_all gets the sum (the
+ * log-softmax needs the same one), else -1. */
+static int32_t sample_filtered(const latent_sampler_params *p, latent_rng *rng,
+                               const float *logits, int vocab, float max, int32_t best,
+                               float *w, int32_t *ix, double *sum_all) {
+    float inv_t = 1.0f / p->temperature;
+    int n = top_k_ids(p, logits, vocab, ix);
 
     /* unnormalised probabilities of the top-k set and their sum */
     double z = 0;
@@ -236,26 +258,11 @@ static int32_t sample_filtered(const latent_sampler_params *p, latent_rng *rng,
         m = j;
     }
 
-    /* top-p over the top-k distribution (target relative to z, not mass):
-     * bucket pre-filter, then pop the best from a heap until the nucleus
-     * holds top_p of it. */
+    /* top-p over the top-k distribution (target relative to z, not mass) */
     int s = 0;
-    if (p->top_p < 1) {
-        double target = (double)p->top_p * z;
-        if (mass >= target) {  /* else the nucleus is wider than the min-p set */
-            m = top_p_prefilter(ix, m, logits, w, max, inv_t, target);
-            heap_build(ix, m, logits, 0);
-            int end = m;
-            double cum = 0;
-            do {
-                swap_ids(ix, 0, end - 1);   /* best goes to the popped tail */
-                end--;
-                heap_sift_down(ix, 0, end, logits, 0);
-                cum += w[ix[end]];
-            } while (cum < target && end > 0);
-            s = end;  /* nucleus: ix[end..m) */
-        }
-    }
+    double target = (double)p->top_p * z;
+    if (p->top_p < 1 && mass >= target) /* else the nucleus is wider than the min-p set */
+        s = top_p_nucleus(ix, &m, logits, w, max, inv_t, target);
 
     /* inverse CDF over the survivors ix[s..m), one uniform per call */
     double tot = 0;
