@@ -4,6 +4,9 @@
 
 #include <stdint.h>
 
+#include "latent/engine.h"
+#include "latent/kv.h"
+
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
@@ -42,5 +45,17 @@ int cli_kv_pool(struct latent_kv_pool *pool, const struct latent_model *m, const
  * compute in bf16 gets the checkpoint's BF16 matrices packed straight from
  * the file (latent_load_opts.keep_bf16), with no F32 copy on the way. */
 int cli_load_model(struct latent_model *m, const char *dir, const struct latent_engine_opts *o, struct latent_err *err);
+/* One sequence on its own (latent generate, logits): a KV pool for up to
+ * `tokens` tokens (cli_kv_pool), the sequence and an engine with options o.
+ * init: 0, or -1 with err set; free releases what init made, and accepts a
+ * zeroed or half-made session. */
+typedef struct cli_session {
+    latent_kv_pool pool;
+    latent_seq seq;
+    latent_engine *eng;
+} cli_session;
+int cli_session_init(cli_session *s, const latent_model *m, const latent_engine_opts *o, const char *kv_setting,
+                     int tokens, latent_err *err);
+void cli_session_free(cli_session *s);
 
 #endif

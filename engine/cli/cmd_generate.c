@@ -164,9 +164,7 @@ int cmd_generate(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
-    latent_kv_pool pool = {0};
-    latent_seq seq = {0};
-    latent_engine *eng = NULL;
+    cli_session s = {0};
     float *logits = NULL;
     int32_t *ids = NULL;
     int n_prompt = encode_prompt(&m, &a, &ids);
@@ -176,18 +174,15 @@ int cmd_generate(int argc, char **argv) {
         cli_fail("generate: out of memory");
         goto done;
     }
-    if (cli_kv_pool(&pool, &m, &a.eo, a.kv_setting, 1, n_prompt + (int)a.n_gen, &err) != 0 ||
-        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new_opts(&m, &a.eo, &err))) {
+    if (cli_session_init(&s, &m, &a.eo, a.kv_setting, n_prompt + (int)a.n_gen, &err) != 0) {
         cli_fail("%s", err.msg);
         goto done;
     }
-    rc = decode(eng, &m, &seq, &a, ids, n_prompt, logits);
+    rc = decode(s.eng, &m, &s.seq, &a, ids, n_prompt, logits);
 done:
     free(ids);
     free(logits);
-    latent_engine_free(eng);
-    latent_seq_free(&seq);
-    latent_kv_pool_free(&pool);
+    cli_session_free(&s);
     latent_model_free(&m);
     return rc;
 }

@@ -102,9 +102,7 @@ int cmd_logits(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
-    latent_kv_pool pool = {0};
-    latent_seq seq = {0};
-    latent_engine *eng = NULL;
+    cli_session s = {0};
     float *logits = NULL;
     for (int i = 0; i < n; i++)
         if (a.ids[i] >= m.cfg.vocab) {
@@ -115,8 +113,7 @@ int cmd_logits(int argc, char **argv) {
         cli_fail("logits: %d tokens exceed the model's context of %d", n, m.cfg.max_pos);
         goto done;
     }
-    if (cli_kv_pool(&pool, &m, &a.eo, a.kv_setting, 1, n, &err) != 0 ||
-        latent_seq_init(&seq, &pool, &m.cfg, &err) != 0 || !(eng = latent_engine_new_opts(&m, &a.eo, &err))) {
+    if (cli_session_init(&s, &m, &a.eo, a.kv_setting, n, &err) != 0) {
         cli_fail("%s", err.msg);
         goto done;
     }
@@ -125,7 +122,7 @@ int cmd_logits(int argc, char **argv) {
         cli_fail("logits: out of memory");
         goto done;
     }
-    if (run_tokens(eng, &seq, &a, m.cfg.vocab, logits) != 0) goto done;
+    if (run_tokens(s.eng, &s.seq, &a, m.cfg.vocab, logits) != 0) goto done;
     fputs("{\"logits\": [", stdout);
     for (int t = 0; t < n; t++) {
         fputs(t ? ",\n[" : "[", stdout);
@@ -136,9 +133,7 @@ int cmd_logits(int argc, char **argv) {
     rc = 0;
 done:
     free(logits);
-    latent_engine_free(eng);
-    latent_seq_free(&seq);
-    latent_kv_pool_free(&pool);
+    cli_session_free(&s);
     latent_model_free(&m);
     free(a.ids);
     return rc;

@@ -125,6 +125,20 @@ int cli_load_model(latent_model *m, const char *dir, const latent_engine_opts *o
     return latent_model_load_opts(m, dir, &lo, err);
 }
 
+int cli_session_init(cli_session *s, const latent_model *m, const latent_engine_opts *o, const char *kv_setting,
+                     int tokens, latent_err *err) {
+    if (cli_kv_pool(&s->pool, m, o, kv_setting, 1, tokens, err) != 0 || latent_seq_init(&s->seq, &s->pool, &m->cfg, err) != 0 ||
+        !(s->eng = latent_engine_new_opts(m, o, err)))
+        return -1;
+    return 0;
+}
+
+void cli_session_free(cli_session *s) {
+    latent_engine_free(s->eng);
+    latent_seq_free(&s->seq);
+    latent_kv_pool_free(&s->pool);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
