@@ -63,6 +63,7 @@ static void gen_free(srv_gen *g) {
         json_decref(ch->lp);
     }
     free(g->choices);
+    srv_buf_free(&g->body);
     srv_buf_free(&g->events);
     for (int i = 0; g->ids && i < g->n_prompts; i++) free(g->ids[i]);
     free(g->ids);
@@ -241,8 +242,9 @@ int srv_gen_usage(const srv_gen *g, int *prompt, int *completion) {
 }
 
 /* Backpressure: a stream with more than this many bytes its client has not
- * read pauses its sessions' decoding (they keep their slots and pages) until
- * the bytes have gone to the socket; memory per stream stays bounded. */
+ * read pauses its sessions' decoding until the bytes have gone to the socket;
+ * memory per stream stays bounded. A paused session keeps its pages but
+ * gives its batch slot to a waiting request (scheduler.c, preempt_paused). */
 #define STREAM_UNSENT_MAX (256 * 1024)
 
 static void set_paused(srv_ctx *x, srv_gen *g, int paused) {
@@ -291,7 +293,7 @@ static void fail_request(srv_ctx *x, srv_gen *g, const srv_error *e) {
     srv_reply_error(x, g->conn, e);
 }
 
-static int prepare(srv_ctx *x, srv_gen *g, srv_error *e);
+static int prepare(srv_ctx *x, srv_gen *g, const char *body, size_t len, srv_error *e);
 
 static void tokenize_work(uv_work_t *w) {
     static __thread int reniced;
@@ -300,7 +302,8 @@ static void tokenize_work(uv_work_t *w) {
         setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), BIG_REQUEST_NICE);
     }
     srv_gen *g = w->data;
-    g->tok_rc = prepare(g->x, g, &g->tok_err) != 0 || tokenize_all(g->x, g, &g->tok_err) != 0 ? -1 : 0;
+    const char *body = g->body.p ? g->body.p : ""; /* taken from the connection, which may close meanwhile */
+    g->tok_rc = prepare(g->x, g, body, g->body.len, &g->tok_err) != 0 || tokenize_all(g->x, g, &g->tok_err) != 0 ? -1 : 0;
 }
 
 static void tokenize_done(uv_work_t *w, int status);
@@ -348,15 +351,14 @@ static void tokenize_done(uv_work_t *w, int status) {
         return;
     }
     gen_enter(g, GEN_PARSED);
+    srv_buf_free(&g->body);
     srv_conn_release_body(g->conn); /* parsed: its memory goes back to the body budget */
     if (status != 0 && g->tok_rc == 0) g->tok_rc = -1, srv_error_set(&g->tok_err, SRV_ERR_INTERNAL, NULL, "tokenization cancelled");
     srv_conn_wake(g->conn); /* on_request runs again: srv_gen_resume goes on */
 }
 
 /* Checks the request and allocates what it needs; -1 with *e set. */
-static int prepare(srv_ctx *x, srv_gen *g, srv_error *e) {
-    size_t len;
-    const char *body = srv_conn_body(g->conn, &len);
+static int prepare(srv_ctx *x, srv_gen *g, const char *body, size_t len, srv_error *e) {
     srv_req_limits lim = {.vocab = x->model.cfg.vocab};
     if (srv_req_parse(&g->req, g->chat ? SRV_API_CHAT : SRV_API_COMPLETIONS, body, len, &lim, e) != 0) return -1;
     if (g->req.model && strcmp(g->req.model, x->served_name) != 0)
@@ -402,6 +404,7 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
     size_t body_len;
     srv_conn_body(c, &body_len);
     if (body_len > ASYNC_BODY_BYTES) {
+        srv_conn_take_body(c, &g->body); /* the pool reads it; the connection may close meanwhile */
         g->big = body_len > BIG_BODY_BYTES;
         if (g->big && x->big_running >= BIG_LANES) { /* waits for the big-body lane */
             gen_enter(g, GEN_QUEUED);
@@ -417,7 +420,10 @@ void srv_gen_handle(srv_ctx *x, srv_conn *c, int chat) {
         }
         /* cannot queue: do it here */
     }
-    int rc = prepare(x, g, &e);
+    const char *body = g->body.p ? g->body.p : srv_conn_body(c, &body_len);
+    body_len = g->body.p ? g->body.len : body_len;
+    int rc = prepare(x, g, body, body_len, &e);
+    srv_buf_free(&g->body);
     srv_conn_release_body(c); /* parsed: its memory goes back to the body budget */
     if (rc != 0 || tokenize_all(x, g, &e) != 0 || start_generation(x, g, &e) != 0) fail_request(x, g, &e);
 }
@@ -781,6 +787,7 @@ static void srv_gen_close(srv_ctx *x, srv_gen *g) {
     if (g->state == GEN_QUEUED) unqueue_big(x, g);
     if (g->state == GEN_PARSING) { /* the thread pool still writes g: tokenize_done frees it */
         gen_enter(g, GEN_ORPHANED);
+        g->conn = NULL; /* freed after this returns */
         return;
     }
     gen_free(g);

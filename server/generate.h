@@ -78,6 +78,7 @@ struct srv_gen {
     int paused;               /* RUNNING: its client is not reading: sessions paused (backpressure) */
     int big;                  /* a body for the big-body lane */
     srv_gen *big_next;        /* in x->big_head's queue while QUEUED */
+    srv_buf body;              /* QUEUED, PARSING: the body, taken from the connection (srv_conn_take_body) */
     uv_work_t tok_work;
     int tok_rc;               /* PARSED: the pool's result, tok_err when -1 */
     srv_error tok_err;

@@ -637,6 +637,11 @@ void srv_conn_write(srv_conn *c, const char *data, size_t n) {
     srv_conn_wake(c);
 }
 
+void srv_conn_take_body(srv_conn *c, srv_buf *out) {
+    *out = c->body;
+    memset(&c->body, 0, sizeof c->body);
+}
+
 void srv_conn_release_body(srv_conn *c) {
     srv_buf_free(&c->body);
     if (gc_of(c)) srv_guard_body_released(&c->h->guard, gc_of(c));

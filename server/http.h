@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "buf.h"
 #include "config.h"
 #include "errors.h"
 #include "http_guard.h"
@@ -72,6 +73,11 @@ void srv_conn_peer(const srv_conn *c, char *buf, size_t cap);
 const char *srv_conn_body(const srv_conn *c, size_t *len);
 /* The body is no longer needed (parsed): its memory goes back to the body budget. */
 void srv_conn_release_body(srv_conn *c);
+/* Moves the body's memory to *out (srv_buf_free frees it): work on the
+ * thread pool reads it there, since the connection may close meanwhile. It
+ * stays charged to the body budget until srv_conn_release_body or the end
+ * of the request. */
+void srv_conn_take_body(srv_conn *c, srv_buf *out);
 const char *srv_conn_id(const srv_conn *c);
 double srv_conn_started(const srv_conn *c);
 int srv_conn_status(const srv_conn *c);   /* status sent (0 = none yet) */

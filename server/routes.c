@@ -12,6 +12,7 @@
 #include "routes.h"
 #include "latent/tokenizer.h"
 #include "log.h"
+#include "offload.h"
 #include "openai_request.h"
 #include "server.h"
 
@@ -69,67 +70,73 @@ static void h_metrics(srv_ctx *x, srv_conn *c) {
 static void h_completions(srv_ctx *x, srv_conn *c) { srv_gen_handle(x, c, 0); }
 static void h_chat(srv_ctx *x, srv_conn *c) { srv_gen_handle(x, c, 1); }
 
-static int parse_small(srv_ctx *x, srv_conn *c, srv_api api, srv_gen_request *r) {
-    if (!x->ready) {
-        reply_error(x, c, SRV_ERR_NOT_READY, NULL, "the model is still loading");
-        return -1;
-    }
-    size_t len;
-    const char *body = srv_conn_body(c, &len);
+/* The body as a request of kind api, for this server's model: 0, or -1 with *e. */
+static int parse_body(srv_ctx *x, srv_api api, const char *body, size_t len, srv_gen_request *r, srv_error *e) {
     srv_req_limits lim = {.vocab = x->model.cfg.vocab};
-    srv_error e;
-    if (srv_req_parse(r, api, body, len, &lim, &e) != 0) {
-        srv_reply_error(x, c, &e);
-        return -1;
-    }
+    if (srv_req_parse(r, api, body, len, &lim, e) != 0) return -1;
     if (r->model && strcmp(r->model, x->served_name) != 0) {
-        srv_error_set(&e, SRV_ERR_MODEL_NOT_FOUND, "model", "The model '%.200s' does not exist", r->model);
-        srv_reply_error(x, c, &e);
+        srv_error_set(e, SRV_ERR_MODEL_NOT_FOUND, "model", "The model '%.200s' does not exist", r->model);
         srv_req_free(r);
         return -1;
     }
     return 0;
 }
 
-static void h_tokenize(srv_ctx *x, srv_conn *c) {
+/* /tokenize's work (offload.h: on the pool for big bodies). */
+static json_t *tokenize_body(srv_ctx *x, const char *body, size_t len, srv_error *e) {
     srv_gen_request r;
-    if (parse_small(x, c, SRV_API_TOKENIZE, &r) != 0) return;
+    if (parse_body(x, SRV_API_TOKENIZE, body, len, &r, e) != 0) return NULL;
     const char *text;
-    size_t len;
+    size_t n_text;
     char *rendered = NULL;
     if (r.n_messages) {
-        rendered = srv_tmpl_render(&x->tmpl, r.messages, r.n_messages, r.add_generation_prompt, &len);
+        rendered = srv_tmpl_render(&x->tmpl, r.messages, r.n_messages, r.add_generation_prompt, &n_text);
         text = rendered;
     } else {
-        text = r.prompts[0].text, len = r.prompts[0].len;
+        text = r.prompts[0].text, n_text = r.prompts[0].len;
     }
-    int n = text ? latent_tokenizer_encode(x->model.tok, text, len, NULL, 0) : -1;
+    int n = text ? latent_tokenizer_encode(x->model.tok, text, n_text, NULL, 0) : -1;
     int32_t *ids = n >= 0 ? malloc(((size_t)n + 1) * sizeof *ids) : NULL;
-    if (ids) n = latent_tokenizer_encode(x->model.tok, text, len, ids, n);
+    if (ids) n = latent_tokenizer_encode(x->model.tok, text, n_text, ids, n);
     free(rendered);
     srv_req_free(&r);
-    if (!ids || n < 0) {
-        free(ids);
-        return reply_error(x, c, SRV_ERR_INTERNAL, NULL, "cannot tokenize");
-    }
-    json_t *arr = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    json_t *arr = ids && n >= 0 ? json_array() : NULL;
+    for (int i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
     free(ids);
-    srv_reply_json(x, c, 200, json_pack("{s:o, s:i, s:i}", "tokens", arr, "count", n, "max_model_len", x->model.cfg.max_pos));
+    if (!arr) {
+        srv_error_set(e, SRV_ERR_INTERNAL, NULL, "cannot tokenize");
+        return NULL;
+    }
+    return json_pack("{s:o, s:i, s:i}", "tokens", arr, "count", n, "max_model_len", x->model.cfg.max_pos);
 }
 
-static void h_detokenize(srv_ctx *x, srv_conn *c) {
+/* /detokenize's work (offload.h). */
+static json_t *detokenize_body(srv_ctx *x, const char *body, size_t len, srv_error *e) {
     srv_gen_request r;
-    if (parse_small(x, c, SRV_API_DETOKENIZE, &r) != 0) return;
+    if (parse_body(x, SRV_API_DETOKENIZE, body, len, &r, e) != 0) return NULL;
     size_t n;
     char *t = latent_tokenizer_decode(x->model.tok, r.prompts[0].ids, r.prompts[0].n_ids, &n);
     srv_req_free(&r);
-    if (!t) return reply_error(x, c, SRV_ERR_INTERNAL, NULL, "out of memory");
+    if (!t) {
+        srv_error_set(e, SRV_ERR_INTERNAL, NULL, "out of memory");
+        return NULL;
+    }
     srv_buf b = {0};
     srv_text_sanitize(t, n, &b);
     free(t);
-    srv_reply_json(x, c, 200, json_pack("{s:o}", "prompt", json_stringn(b.p ? b.p : "", b.len)));
+    json_t *j = json_pack("{s:o}", "prompt", json_stringn(b.p ? b.p : "", b.len));
     srv_buf_free(&b);
+    return j;
+}
+
+static void h_tokenize(srv_ctx *x, srv_conn *c) {
+    if (!x->ready) return reply_error(x, c, SRV_ERR_NOT_READY, NULL, "the model is still loading");
+    srv_offload(x, c, tokenize_body);
+}
+
+static void h_detokenize(srv_ctx *x, srv_conn *c) {
+    if (!x->ready) return reply_error(x, c, SRV_ERR_NOT_READY, NULL, "the model is still loading");
+    srv_offload(x, c, detokenize_body);
 }
 
 static const route routes[] = {

@@ -217,6 +217,26 @@ check "chatml adds the model's default system prompt" bash -c "curl -s -m 10 $UR
     $PY -c 'import json,sys,urllib.request; t = json.load(sys.stdin)[\"tokens\"]
 p = json.load(urllib.request.urlopen(urllib.request.Request(\"$URL_R/detokenize\", json.dumps({\"tokens\": t}).encode())))[\"prompt\"]
 assert p.startswith(\"<|im_start|>system\\nYou are a helpful AI assistant.<|im_end|>\\n<|im_start|>user\\nhi\"), p'"
+# Bodies over 16 KiB are parsed and tokenized on the thread pool (server/offload.c): the same answers.
+"$PY" - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+open(d + "/tok_padded.json", "w").write('{"prompt": "The quick brown fox"' + " " * 40000 + "}")
+json.dump({"tokens": [1, 100, 200, 2] * 5000}, open(d + "/detok_big.json", "w"))
+json.dump({"prompt": 5, "pad": "y" * 30000}, open(d + "/tok_bad.json", "w"))
+json.dump({"prompt": "lorem ipsum dolor " * 200000}, open(d + "/tok_huge.json", "w"))
+PY
+check "POST /tokenize, a 40 KB body (on the pool): the small body's tokens" bash -c "a=\$(curl -s -m 5 $URL_R/tokenize -d '{\"prompt\":\"The quick brown fox\"}');
+    b=\$(curl -s -m 30 $URL_R/tokenize --data-binary @$tmp/tok_padded.json); [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ]"
+check "POST /detokenize, 20,000 tokens (on the pool): 5,000 copies of the 4-token text" bash -c "
+    one=\$(curl -s -m 5 $URL_R/detokenize -d '{\"tokens\":[1,100,200,2]}' | $PY -c 'import json,sys; print(json.load(sys.stdin)[\"prompt\"])');
+    curl -s -m 30 $URL_R/detokenize --data-binary @$tmp/detok_big.json | $PY -c 'import json,sys; p=json.load(sys.stdin)[\"prompt\"]; sys.exit(0 if p == sys.argv[1] * 5000 else 1)' \"\$one\""
+check "POST /tokenize, a big body with a bad field: 400 naming it" bash -c "curl -s -m 30 $URL_R/tokenize --data-binary @$tmp/tok_bad.json | grep -q '\"param\":\"prompt\"'"
+check "clients leaving while their 3.6 MB /tokenize bodies are tokenized; /health answers meanwhile" bash -c "
+    for i in 1 2 3 4; do curl -s -m 0.\$i -o /dev/null $URL_R/tokenize --data-binary @$tmp/tok_huge.json & done;
+    curl -s -m 60 -o $tmp/tok_huge.out $URL_R/tokenize --data-binary @$tmp/tok_huge.json &
+    h=\$(curl -s -m 5 -o /dev/null -w '%{http_code}' $URL_R/health); wait;
+    [ \"\$h\" = 200 ] && $PY -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r[\"count\"] > 500000 else 1)' $tmp/tok_huge.out"
 stop_server R
 startup_fail "missing model directory" "no-such" --model "$tmp/no-such"
 startup_fail "unknown flag" "--bogus" --model "$model" --bogus 1
