@@ -62,7 +62,7 @@ TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 # Keep object files of pattern chains (tests) instead of deleting them as intermediates.
 .SECONDARY:
 
-.PHONY: experiment bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz mpi
+.PHONY: experiment experiment-state bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz mpi
 
 # The MPI plugin joins `all` where OpenMPI's compiler wrapper is installed.
 MPICC ?= mpicc
@@ -230,6 +230,14 @@ bench: all
 # replicate, report under build/experiment-seedN.
 experiment: $(BUILD)/latent
 	QUICK=$(QUICK) LATENT=$(BUILD)/latent bash models/experiment.sh
+
+# Issue 24: S5 (length curriculum) and variable assignment (depth curriculum),
+# plain and T2MLR on seeds 11-13, 20 minutes of training per model on one core,
+# one run at a time (JOBS=2 for two); learning curves and tables in
+# build/experiment-state/report (docs/experiments.md, "State tracking").
+# STATE_TASKS=, STATE_MODELS=, STATE_SEEDS=, STATE_BUDGET= narrow it; QUICK=1 smoke.
+experiment-state: $(BUILD)/latent
+	STATE=1 JOBS=$(or $(JOBS),1) QUICK=$(QUICK) LATENT=$(BUILD)/latent bash models/experiment.sh
 
 # Serves models/default on 127.0.0.1:8080 (a small random T2MLR model is
 # written there first if the directory has no model yet).

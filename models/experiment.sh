@@ -169,6 +169,176 @@ EOF
     log "$t/$m (seed $seed) done in $(json_field "$out.train.json" time)"
 }
 
+# ---- `make experiment-state` (STATE=1): S5 and variable assignment, with curricula ----
+# Issue 24. Each (task, model, seed) is one continuous AdamW run (lr 2e-3,
+# betas 0.9/0.98, weight decay 0.1, 100 warmup steps, then constant) cut into
+# chunks of `latent train --resume` (bit-exact continuation; the data file
+# and --seq change with the stage). After every chunk `latent eval` measures
+# the stage's test set and the final test set: the learning curve. The
+# curriculum advances when the stage's criterion is met, or when the stage's
+# share of the budget is spent, so that every model reaches the final stage:
+#   s5   length curriculum 4 -> 8 -> 16 elements (records of 6, 10, 18 tokens);
+#        advance when every position of the stage's test set is >= 0.95, or at
+#        50% / 75% of the budget. d 128, 4 blocks, 4 heads, FFN 512; T2MLR over
+#        blocks 1..2, Jacobi D = the record length, gradient through the last 4.
+#   var  depth curriculum: alias depths 1..k, k = 1 .. 5 (80-token records
+#        throughout); advance when the mean over depths 1..k is >= 0.9, or at
+#        30/45/60/75% of the budget. d 64, 4 blocks, FFN 256; T2MLR over
+#        blocks 1..2, Jacobi D 8, gradient through 4 (the paper's D/B here).
+# A run stops after STATE_BUDGET CPU seconds of `latent train` (1200: 20
+# minutes of one core, --threads 1; evaluations not counted; CPU time rather
+# than wall time so that other jobs on a shared machine do not shrink the
+# budget) or STATE_MAX_STEPS steps. The curve records both. Results in
+# WORK (build/experiment-state)/results: TASK.MODEL.sSEED.curve.jsonl (a line
+# per chunk: step, stage, training tokens, training seconds, accuracies),
+# .eval.json (final `latent eval`; s5 also .eval32.json, twice the length).
+# The report (models/tools/experiment_report.py --state) goes to WORK/report.
+# env: STATE_TASKS ("s5 var"), STATE_MODELS ("plain t2mlr"), STATE_SEEDS
+#      ("11 12 13"), STATE_BUDGET, STATE_MAX_STEPS, STATE_CHUNK (s5 500, var 250);
+#      QUICK=1: a few chunks of a few steps, into build/experiment-state-quick.
+state_data() { # task seed dir
+    local t=$1 s=$2 d=$3 n k
+    [ -s "$d/data.done" ] && return 0
+    mkdir -p "$d"
+    case $t in
+    s5)
+        for n in 4 8 16; do
+            "$latent" data group --group s5 --len $n --n-records $n_train --seed $((s * 100 + n)) --out "$d/train$n" --tokenizer-out "$d/tok" 2>/dev/null
+            "$latent" data group --group s5 --len $n --n-records 500 --seed $((s * 100 + n + 50)) --out "$d/test$n" 2>/dev/null
+        done
+        "$latent" data group --group s5 --len 32 --n-records 500 --seed $((s * 100 + 99)) --out "$d/test32" 2>/dev/null ;;
+    var)
+        for k in 1 2 3 4 5; do
+            "$latent" data var-assign --min-depth 1 --max-depth $k --record-len 80 --n-records $n_train --seed $((s * 100 + k)) \
+                --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
+            "$latent" data var-assign --min-depth 1 --max-depth $k --record-len 80 --n-records 1000 --seed $((s * 100 + k + 50)) \
+                --out "$d/test$k" 2>/dev/null
+        done ;;
+    *) echo "experiment: STATE_TASKS: s5 or var ($t)" >&2; exit 2 ;;
+    esac
+    echo ok >"$d/data.done"
+}
+
+state_model() { # task model seed
+    local t=$1 m=$2 s=$3
+    local d="$work/$t-s$s" out="$work/results/$t.$m.s$s"
+    [ -s "$out.eval.json" ] && return 0
+    local kind=none dm=64 ff=256 stages="1 2 3 4 5" final=5 chunk=${STATE_CHUNK:-250} fracs="0.30 0.45 0.60 0.75"
+    [ "$m" = t2mlr ] && kind=t2mlr
+    [ "$t" = s5 ] && { dm=128 ff=512 stages="4 8 16" final=16 chunk=${STATE_CHUNK:-500} fracs="0.50 0.75"; }
+    [ "$quick" = 1 ] && chunk=${STATE_CHUNK:-5}
+    "$PY" - "$d/$m.config.json" "$(json_field "$d/train$final.json" vocab_size)" "$kind" $dm $ff <<'PYEOF'
+import json, sys
+path, vocab, kind, d, ff = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+     "hidden_size": d, "intermediate_size": ff, "num_hidden_layers": 4, "num_attention_heads": 4,
+     "num_key_value_heads": 4, "vocab_size": max(16, vocab), "max_position_embeddings": 256,
+     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True,
+     "bos_token_id": 1, "eos_token_id": 2}
+if kind == "t2mlr":
+    c["latent_recurrence"] = {"type": "t2mlr", "l_start": 1, "l_end": 2, "cache_residual": True,
+                              "cache_norm_clamp": 5.0, "cache_norm_eps": 1e-6, "recur_on_prompt": True}
+json.dump(c, open(path, "w"), indent=1)
+PYEOF
+    rm -rf "$d/$m.init" "$d/$m.run" "$out.curve.jsonl" "$d/$m.train.log"
+    "$latent" init --config "$d/$m.config.json" --out "$d/$m.init" --seed "$s" --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 2>/dev/null
+    local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --lr 2e-3 --beta1 0.9 --beta2 0.98 --weight-decay 0.1
+        --warmup 100 --lr-schedule constant --grad-clip 1 --seed "$s" --threads 1 --precision "$precision"
+        --eval-every 1000000 --keep 1)
+    local step=0 si=0 stage rec D status wall0 args
+    local st=($stages) fr=($fracs)
+    wall0=$(date +%s.%N)
+    while :; do
+        stage=${st[$si]}
+        rec=$(json_field "$d/train$stage.json" record_len)
+        D=$rec; [ "$t" = var ] && D=8
+        args=("${base[@]}" --data "$d/train$stage.bin" --seq "$rec" --steps $((step + chunk)))
+        [ "$m" = t2mlr ] && args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4)
+        if [ "$step" = 0 ]; then args+=(--model "$d/$m.init"); else args+=(--resume); fi
+        echo "latent train ${args[*]}" >>"$d/$m.train.log"
+        # the chunk's CPU seconds (user + system) of the training process
+        /usr/bin/time -f "%U %S" -o "$d/$m.cpu" "$latent" train "${args[@]}" >>"$d/$m.train.log" 2>&1 </dev/null ||
+            { log "$t/$m/s$s: training failed, see $d/$m.train.log"; return 1; }
+        step=$((step + chunk))
+        "$latent" eval --model "$d/$m.run/latest" --data "$d/test$stage.bin" --json --bucket-width 1 >"$d/$m.ev_stage.json" 2>/dev/null
+        "$latent" eval --model "$d/$m.run/latest" --data "$d/test$final.bin" --json --bucket-width 1 >"$d/$m.ev_final.json" 2>/dev/null
+        # a curve line; prints "advance", "stop" or "stay"
+        status=$("$PY" - "$d/$m.run/train.jsonl" "$d/$m.ev_stage.json" "$d/$m.ev_final.json" "$out.curve.jsonl" \
+            "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$state_budget" "$state_max_steps" "$d/$m.cpu" \
+            "${fr[$si]:-2}" "$((si + 1 < ${#st[@]} ? 1 : 0))" <<'PYEOF'
+import json, os, sys
+(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, frac, more) = sys.argv[1:]
+rows = [json.loads(l) for l in open(jl) if l.strip()]
+prev = [json.loads(l) for l in open(curve)] if os.path.exists(curve) else []
+tok0, sec0, cpu0 = (prev[-1]["tokens"], prev[-1]["train_s"], prev[-1]["cpu_s"]) if prev else (0, 0.0, 0.0)
+cpu = sum(float(x) for x in open(cpuf).read().split()[-2:])
+bt = 32 * int(rec)
+new = rows[-int(chunk):]
+def acc(path):
+    ev = json.load(open(path))
+    return {str(r["from"]): round(r["accuracy"], 4) for r in ev["rows"] if r["from"] == r["to"]}
+sa, fa = acc(es), acc(ef)
+line = {"step": rows[-1]["step"], "stage": int(stage), "loss": round(sum(r["loss"] for r in new) / len(new), 4),
+        "tokens": tok0 + bt * len(new), "train_s": round(sec0 + sum(bt / r["tokens_per_s"] for r in new), 1),
+        "cpu_s": round(cpu0 + cpu, 1),
+        "wall_s": round(float(now) - float(wall0), 1), "stage_acc": sa, "final_acc": fa}
+open(curve, "a").write(json.dumps(line) + "\n")
+if line["cpu_s"] >= float(budget) or line["step"] >= int(max_steps):
+    print("stop")
+elif more == "1":
+    if task == "s5":
+        met = min(sa.values()) >= 0.95
+    else:
+        k = int(stage)
+        v = [a for x, a in sa.items() if int(x) <= k]
+        met = sum(v) / len(v) >= 0.9
+    print("advance" if met or line["cpu_s"] >= float(frac) * float(budget) else "stay")
+else:
+    print("stay")
+PYEOF
+)
+        [ "$status" = stop ] && break
+        [ "$status" = advance ] && si=$((si + 1))
+    done
+    "$latent" eval --model "$d/$m.run/latest" --data "$d/test$final.bin" --json --bucket-width 1 >"$out.eval.tmp" 2>/dev/null
+    [ "$t" = s5 ] && "$latent" eval --model "$d/$m.run/latest" --data "$d/test32.bin" --json --bucket-width 1 >"$out.eval32.json" 2>/dev/null
+    mv "$out.eval.tmp" "$out.eval.json"
+    log "$t/$m (seed $s): $step steps, $(tail -n 1 "$out.curve.jsonl" | "$PY" -c 'import json,sys; l=json.load(sys.stdin); print("%.0f CPU s of training (%.0f s wall), final stage %d" % (l["cpu_s"], l["train_s"], l["stage"]))')"
+}
+
+if [ "${STATE:-0}" = 1 ]; then
+    state_tasks=${STATE_TASKS:-"s5 var"}
+    state_models=${STATE_MODELS:-"plain t2mlr"}
+    state_seeds=${STATE_SEEDS:-"11 12 13"}
+    state_budget=${STATE_BUDGET:-1200}
+    state_max_steps=${STATE_MAX_STEPS:-100000}
+    if [ "$quick" = 1 ]; then
+        work=${WORK:-build/experiment-state-quick}; state_budget=${STATE_BUDGET:-4}; state_max_steps=${STATE_MAX_STEPS:-30}; n_train=2000
+    else
+        work=${WORK:-build/experiment-state}
+    fi
+    mkdir -p "$work/results"
+    log "state: ${state_tasks}; ${state_models}; seeds ${state_seeds}; budget ${state_budget} s of training per model; precision $precision"
+    for t in $state_tasks; do for s in $state_seeds; do state_data "$t" "$s" "$work/$t-s$s"; done; done
+    failed=0
+    for t in $state_tasks; do
+        for s in $state_seeds; do
+            for m in $state_models; do
+                while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || failed=1; done
+                state_model "$t" "$m" "$s" &
+            done
+        done
+    done
+    while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+    [ $failed = 0 ] || { log "a run failed"; exit 1; }
+    cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+    flags=""
+    for f in avx512f avx512_bf16 amx_bf16; do grep -qw $f /proc/cpuinfo && flags="$flags $f"; done
+    "$PY" models/tools/experiment_report.py --state "$work/results" "$work/report" "$cpu ($(nproc) vCPUs;$flags)" "$jobs" "$precision" "$state_budget" "$quick"
+    log "wrote $work/report/experiment-state.md and its plots"
+    exit 0
+fi
+
 log "data: ${tasks} ($n_train training records each)"
 for t in $tasks; do make_data "$t"; done
 for r in $replicates; do

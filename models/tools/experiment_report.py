@@ -208,5 +208,176 @@ def main():
             f.write("\n".join(lines) + "\n")
 
 
+# ---- `make experiment-state` (experiment.sh STATE=1): curricula for S5 and variable assignment ----
+STATE_TITLES = {"s5": "S5 word problem, length curriculum 4 -> 8 -> 16",
+                "var": "Variable assignment, depth curriculum 1 -> 5"}
+SEED_DASH = ["", "6,3", "2,3", "8,2,2,2"]
+
+
+def state_metric(task, acc):
+    """The curve's y: S5 the mean and the worst over positions 1-16 of the
+    length-16 test; var-assign the accuracy at depth 5 (and the mean over 1-5)."""
+    if task == "s5":
+        v = [acc[k] for k in acc if 1 <= int(k) <= 16]
+        return (sum(v) / len(v), min(v)) if v else (float("nan"), float("nan"))
+    v = [acc[k] for k in acc if 1 <= int(k) <= 5]
+    return acc.get("5", float("nan")), (sum(v) / len(v) if v else float("nan"))
+
+
+def svg_curves(path, title, xlabel, series, chance, xscale=1.0):
+    """series: [(model, seed_index, label, [(x, y), ...])]; x is divided by xscale for the labels."""
+    W, H, L, R, T, B = 680, 380, 60, 210, 40, 50
+    xs = [x for *_, pts in series for x, _ in pts] or [0, 1]
+    x0, x1 = 0.0, max(xs) or 1.0
+
+    def px(x):
+        return L + (x - x0) / (x1 - x0) * (W - L - R)
+
+    def py(y):
+        return T + (1 - y) * (H - T - B)
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (W, H),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="22" font-size="14">%s</text>' % (L, esc(title))]
+    for k in range(6):
+        y = k / 5
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (L, W - R, py(y), py(y)))
+        out.append('<text x="%d" y="%.1f" text-anchor="end">%.1f</text>' % (L - 6, py(y) + 4, y))
+    for k in range(6):
+        x = x0 + (x1 - x0) * k / 5
+        out.append('<text x="%.1f" y="%d" text-anchor="middle">%.3g</text>' % (px(x), H - B + 18, x / xscale))
+    out.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % ((L + W - R) / 2, H - 10, esc(xlabel)))
+    out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="black"/>' % (L, W - R, H - B, H - B))
+    out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="black"/>' % (L, L, T, H - B))
+    if chance is not None:
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#999" stroke-dasharray="2,3"/>' % (L, W - R, py(chance), py(chance)))
+    for i, (model, si, label, pts) in enumerate(series):
+        c = COLORS.get(model, "#2ca02c")
+        d = " ".join("%s%.1f,%.1f" % ("M" if j == 0 else "L", px(x), py(y)) for j, (x, y) in enumerate(pts))
+        dash = SEED_DASH[si % len(SEED_DASH)]
+        da = ' stroke-dasharray="%s"' % dash if dash else ""
+        out.append('<path d="%s" fill="none" stroke="%s" stroke-width="2"%s/>' % (d, c, da))
+        ly = T + 10 + 18 * i
+        out.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"%s/>' % (W - R + 10, W - R + 30, ly, ly, c, da))
+        out.append('<text x="%d" y="%d">%s</text>' % (W - R + 36, ly + 4, esc(label)))
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def state_main(res, out, cpu, jobs, prec, budget, quick):
+    os.makedirs(out, exist_ok=True)
+    runs = {}
+    for fn in sorted(os.listdir(res)):
+        if fn.endswith(".curve.jsonl"):
+            task, model, seed = fn[: -len(".curve.jsonl")].split(".")
+            runs.setdefault(task, []).append((model, int(seed[1:])))
+    lines = ["<!-- written by models/tools/experiment_report.py --state from %s; do not edit by hand -->" % res,
+             "Machine: %s; %s run(s) at a time, one thread each (other developers' jobs shared the machine); %s products; "
+             "budget %s CPU seconds of `latent train` per model%s." %
+             (cpu, jobs, prec, budget, " (QUICK=1: a smoke run, not evidence)" if quick == "1" else ""), ""]
+    for task in ("s5", "var"):
+        if task not in runs:
+            continue
+        order = {"plain": 0, "t2mlr": 1}
+        rr = sorted(runs[task], key=lambda ms: (order.get(ms[0], 9), ms[1]))
+        seeds = sorted({s for _, s in rr})
+        lines += ["### %s" % STATE_TITLES[task], ""]
+        if task == "s5":
+            lines += ["| model | seed | steps | final stage | training tokens | training time | mean, 1-16 | worst position, 1-16 | mean, 17-32 | worst position, 17-32 |",
+                      "|---|---|---|---|---|---|---|---|---|---|"]
+        else:
+            lines += ["| model | seed | steps | final stage (max depth) | training tokens | training time | depth 1 | depth 2 | depth 3 | depth 4 | depth 5 |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+        reached, total, finals = {}, {}, {}
+        tok_series, sec_series, cpu_series = [], [], []
+        for model, seed in rr:
+            base = os.path.join(res, "%s.%s.s%d" % (task, model, seed))
+            cv = [json.loads(l) for l in open(base + ".curve.jsonl") if l.strip()]
+            if not cv:
+                continue
+            last = cv[-1]
+            y = [(c["tokens"], state_metric(task, c["final_acc"])[0]) for c in cv]
+            ys = [(c["train_s"], state_metric(task, c["final_acc"])[0]) for c in cv]
+            ycpu = [(c["cpu_s"], state_metric(task, c["final_acc"])[0]) for c in cv]
+            lab = "%s, seed %d" % ("plain" if model == "plain" else "T2MLR", seed)
+            tok_series.append((model, seeds.index(seed), lab, y))
+            sec_series.append((model, seeds.index(seed), lab, ys))
+            cpu_series.append((model, seeds.index(seed), lab, ycpu))
+            done = os.path.exists(base + ".eval.json")
+            if done:
+                pts = curve(load(base + ".eval.json"))
+            else:
+                pts = [(int(k), a, 1) for k, a in last["final_acc"].items()]
+            t = "%d:%02d CPU, %d:%02d wall" % (last["cpu_s"] // 60, last["cpu_s"] % 60, last["train_s"] // 60, last["train_s"] % 60)
+            cell = lambda s: s if done else s + " (running)"
+            if task == "s5":
+                p32 = curve(load(base + ".eval32.json")) if os.path.exists(base + ".eval32.json") else []
+                m16, w16 = mean_acc(pts, 1, 16), min_acc(pts, 1, 16)
+                lines.append("| %s | %d | %d | length %d | %.2fM | %s | %s | %s | %s | %s |" % (
+                    LABELS[model], seed, last["step"], last["stage"], last["tokens"] / 1e6, t, cell(fmt(m16)), fmt(w16),
+                    fmt(mean_acc(p32, 17, 32)), fmt(min_acc(p32, 17, 32))))
+                ok = (w16 >= 0.95) if model != "plain" else (m16 <= 0.3)
+            else:
+                accs = [mean_acc(pts, d, d) for d in range(1, 6)]
+                lines.append("| %s | %d | %d | depth %d | %.2fM | %s | %s |" % (
+                    LABELS[model], seed, last["step"], last["stage"], last["tokens"] / 1e6, t,
+                    " | ".join(fmt(a) for a in accs[:4]) + " | " + cell(fmt(accs[4]))))
+                finals[(model, seed)] = accs[4]
+                ok = None
+            if done and ok is not None:
+                reached[model] = reached.get(model, 0) + ok
+                total[model] = total.get(model, 0) + 1
+        if task == "var":
+            for (model, seed), a5 in finals.items():
+                if model == "t2mlr" and os.path.exists(os.path.join(res, "var.t2mlr.s%d.eval.json" % seed)):
+                    p = finals.get(("plain", seed), float("nan"))
+                    reached["t2mlr"] = reached.get("t2mlr", 0) + (a5 >= 0.9 and a5 - p >= 0.3)
+                    total["t2mlr"] = total.get("t2mlr", 0) + 1
+        lines.append("")
+        if task == "s5":
+            said = ["%s: %s in %d of %d finished seeds" % (LABELS[m], "mean over positions 1-16 at most 0.3" if m == "plain"
+                    else "at least 0.95 at every position 1-16", reached[m], total[m]) for m in sorted(total, key=lambda m: order.get(m, 9))]
+        else:
+            said = ["%s: depth 5 at least 0.9 and at least 0.3 above plain (same seed) in %d of %d finished seeds" %
+                    (LABELS[m], reached[m], total[m]) for m in total]
+        if said:
+            lines += ["Targets (issue 24): " + "; ".join(said) + ".", ""]
+        metric = "mean accuracy over positions 1-16" if task == "s5" else "accuracy at depth 5"
+        chance = 1 / 120 if task == "s5" else 0.1
+        for suffix, xl, ser, sc in (("tokens", "training tokens (millions)", tok_series, 1e6),
+                                   ("seconds", "wall-clock seconds of training, one thread (%s)" % cpu.split(" (")[0], sec_series, 1.0),
+                                   ("cpu", "CPU seconds of training, one thread (%s)" % cpu.split(" (")[0], cpu_series, 1.0)):
+            svg = "experiment-state-%s-%s.svg" % (task, suffix)
+            svg_curves(os.path.join(out, svg), "%s: %s" % (task, metric), xl, ser, chance, sc)
+            lines += ["![%s against %s](%s)" % (metric, suffix, svg), ""]
+        # the raw curve: every evaluation
+        lines += ["<details><summary>Every evaluation (%s)</summary>" % STATE_TITLES[task], "",
+                  "| model | seed | step | stage | tokens | training CPU s | training wall s | wall s with evals | loss | %s | %s |" %
+                  (("mean, 1-16", "worst, 1-16") if task == "s5" else ("depth 5", "mean, depths 1-5")),
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for model, seed in rr:
+            for c in (json.loads(l) for l in open(os.path.join(res, "%s.%s.s%d.curve.jsonl" % (task, model, seed))) if l.strip()):
+                a, b = state_metric(task, c["final_acc"])
+                lines.append("| %s | %d | %d | %d | %d | %.0f | %.0f | %.0f | %.3f | %s | %s |" % (
+                    "plain" if model == "plain" else "T2MLR", seed, c["step"], c["stage"], c["tokens"], c["cpu_s"], c["train_s"],
+                    c["wall_s"], c["loss"], fmt(a), fmt(b)))
+        lines += ["", "</details>", ""]
+    page = os.path.join(out, "experiments.md")
+    b, e = "<!-- state:begin -->", "<!-- state:end -->"
+    text = open(page).read() if os.path.exists(page) else ""
+    if b in text and e in text:
+        head, rest = text.split(b, 1)
+        tail = rest.split(e, 1)[1]
+        with open(page + ".tmp", "w") as f:
+            f.write(head + b + "\n" + "\n".join(lines) + "\n" + e + tail)
+        os.replace(page + ".tmp", page)
+    else:
+        with open(os.path.join(out, "experiment-state.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--state":
+        state_main(*sys.argv[2:9])
+    else:
+        main()
