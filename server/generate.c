@@ -1,6 +1,7 @@
 /* POST /v1/completions and /v1/chat/completions on the loop thread:
  * validate, tokenize, create sessions, hand them to the scheduler, then turn
  * the published tokens into SSE chunks or one final response. */
+#include "latent/clock.h"
 #include "generate.h"
 #include "openai_response.h"
 #include "reply.h"
@@ -191,7 +192,7 @@ static srv_session *make_session(srv_ctx *x, srv_gen *g, srv_choice *ch, int max
     s->logprobs = g->req.logprobs;
     s->prompt_logprobs = !g->chat && g->req.echo && g->req.logprobs;
     s->use_cache = !s->prompt_logprobs;
-    s->t_submit = srv_now();
+    s->t_submit = latent_now_seconds();
     s->owner = ch;
     return s;
 }
@@ -781,7 +782,7 @@ static void srv_gen_close(srv_ctx *x, srv_gen *g) {
         int tokens = 0;
         for (int i = 0; i < g->n_choices; i++) tokens += g->choices[i].n_tokens;
         srv_metrics_add(&x->metrics, SRV_C_COMPLETION_TOKENS, (uint64_t)tokens);
-        srv_metrics_observe(&x->metrics, SRV_H_E2E, srv_now() - g->t_start);
+        srv_metrics_observe(&x->metrics, SRV_H_E2E, latent_now_seconds() - g->t_start);
     }
     unlink_gen(x, g);
     if (g->state == GEN_QUEUED) unqueue_big(x, g);

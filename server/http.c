@@ -1,4 +1,5 @@
 /* libmicrohttpd in external epoll mode on a libuv loop; suspend/resume. */
+#include "latent/clock.h"
 #include "http.h"
 
 #include <errno.h>
@@ -84,12 +85,6 @@ struct srv_http {
     int handles_open;
     unsigned long long next_id;
 };
-
-double srv_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- listening socket --------------------------------------------------------- */
 
@@ -222,7 +217,7 @@ static void guard_close(srv_http *h, srv_sock *s, const char *why) {
 
 static void guard_sweep(uv_timer_t *t) {
     srv_http *h = t->data;
-    double now = srv_now();
+    double now = latent_now_seconds();
     for (srv_guard_conn *gc = h->guard.head, *nx; gc; gc = nx) {
         nx = gc->next;
         const char *why = srv_guard_due(&h->guard, gc, now);
@@ -252,7 +247,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         s->poll.data = s;
         if (uv_poll_start(&s->poll, UV_DISCONNECT, on_sock_hangup) == 0) s->poll_active = 1;
         *socket_context = s;
-        srv_guard_conn *victim = srv_guard_opened(&h->guard, &s->gc, srv_now());
+        srv_guard_conn *victim = srv_guard_opened(&h->guard, &s->gc, latent_now_seconds());
         if (victim) guard_close(h, sock_of(victim), victim == &s->gc ? "max-connections reached, every connection busy"
                                                                      : "evicted for a new connection at max-connections");
         return;
@@ -295,7 +290,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         size_t n = avail < max ? avail : max;
         memcpy(buf, c->out.p + c->out_off, n);
         c->out_off += n;
-        if (gc_of(c)) srv_guard_stream(gc_of(c), c->out.len - c->out_off, 1, srv_now());
+        if (gc_of(c)) srv_guard_stream(gc_of(c), c->out.len - c->out_off, 1, latent_now_seconds());
         if (c->out_off == c->out.len) {
             srv_buf_reset(&c->out), c->out_off = 0;
             if (c->want_drain && c->handler) c->want_drain = 0, c->handler->drain(c->h->ud, c, c->data);
@@ -322,7 +317,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
             return MHD_NO;
         }
         snprintf(c->id, sizeof c->id, "%llx", ++h->next_id);
-        c->t_start = c->t_write = srv_now();
+        c->t_start = c->t_write = latent_now_seconds();
         c->next = h->conns;
         if (h->conns) h->conns->prev = c;
         h->conns = c;
@@ -339,15 +334,15 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         if (srv_http_check_framing(mc, version, h->o.max_body, &content_length, &e) != 0) {
             srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* what follows cannot be trusted */
             srv_conn_reply_error(c, &e, 0);
-            if (c->sock) srv_guard_complete(&c->sock->gc, srv_now());
-        } else if (c->sock && srv_guard_began(&h->guard, &c->sock->gc, content_length, srv_now()) != 0) {
+            if (c->sock) srv_guard_complete(&c->sock->gc, latent_now_seconds());
+        } else if (c->sock && srv_guard_began(&h->guard, &c->sock->gc, content_length, latent_now_seconds()) != 0) {
             srv_error_set(&e, SRV_ERR_BUSY, NULL, "the server is receiving too many request bodies (max-body-buffer-mib); retry later");
             srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* the body is not read */
             srv_conn_reply_error(c, &e, h->o.retry_after_s);
-            srv_guard_complete(&c->sock->gc, srv_now());
+            srv_guard_complete(&c->sock->gc, latent_now_seconds());
         } else if (content_length && c->sock && srv_buf_reserve(&c->body, (size_t)content_length) == 0) {
             /* sized once to what the header announced: the budget charges what is held */
-            srv_guard_body_stored(&h->guard, &c->sock->gc, 0, c->body.cap, srv_now());
+            srv_guard_body_stored(&h->guard, &c->sock->gc, 0, c->body.cap, latent_now_seconds());
         }
         return MHD_YES;
     }
@@ -364,12 +359,12 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const cha
         else srv_buf_append(&c->body, upload, *upload_size);
         if (gc) {
             if (!c->body.p) srv_guard_body_released(&h->guard, gc);
-            srv_guard_body_stored(&h->guard, gc, c->rcvd, c->body.cap, srv_now());
+            srv_guard_body_stored(&h->guard, gc, c->rcvd, c->body.cap, latent_now_seconds());
         }
         *upload_size = 0;
         return MHD_YES;
     }
-    if (gc) srv_guard_complete(gc, srv_now());
+    if (gc) srv_guard_complete(gc, latent_now_seconds());
     if (c->peer_gone) return MHD_NO;
     if (c->replied) return MHD_YES;
     if (c->too_large) {
@@ -410,7 +405,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     if (c->peer_gone) tell_abort(c);
     h->cbs.on_close(h->ud, c);
     if (c->handler) c->handler->close(h->ud, c, c->data);
-    if (gc_of(c)) srv_guard_ended(&h->guard, gc_of(c), srv_now());
+    if (gc_of(c)) srv_guard_ended(&h->guard, gc_of(c), latent_now_seconds());
     if (c->prev) c->prev->next = c->next;
     else h->conns = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -553,7 +548,7 @@ static void tell_abort(srv_conn *c) {
     if (c->handler) c->handler->abort(c->h->ud, c, c->data);
     else if (c->h->cbs.on_abort) c->h->cbs.on_abort(c->h->ud, c);
 }
-double srv_conn_idle(const srv_conn *c) { return srv_now() - c->t_write; }
+double srv_conn_idle(const srv_conn *c) { return latent_now_seconds() - c->t_write; }
 
 int srv_conn_add_header(srv_conn *c, const char *name, const char *value) {
     if (c->n_hdrs == c->cap_hdrs) {
@@ -632,7 +627,7 @@ void srv_conn_stream_start(srv_conn *c, int status, const char *ctype) {
 void srv_conn_write(srv_conn *c, const char *data, size_t n) {
     if (c->stream_end || c->peer_gone) return;
     srv_buf_append(&c->out, data, n);
-    c->t_write = srv_now();
+    c->t_write = latent_now_seconds();
     if (gc_of(c)) srv_guard_stream(gc_of(c), c->out.len - c->out_off, 0, c->t_write);
     srv_conn_wake(c);
 }

@@ -122,6 +122,5 @@ void srv_conn_notify_drain(srv_conn *c);
 /* Seconds since the stream last got bytes. */
 double srv_conn_idle(const srv_conn *c);
 
-double srv_now(void);
 
 #endif

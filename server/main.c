@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "latent/clock.h"
 #include "fingerprint.h"
 #include "generate.h"
 #include "latent/config.h"
@@ -155,7 +156,7 @@ static void shutdown_now(srv_ctx *x) {
 
 static void on_drain_tick(uv_timer_t *t) {
     srv_ctx *x = t->data;
-    double now = srv_now();
+    double now = latent_now_seconds();
     if (x->n_gens == 0 && (!x->grace_expired || srv_http_active(x->http) == 0 || now > x->drain_deadline + 2)) {
         srv_log(SRV_LOG_INFO, "drained");
         shutdown_now(x);
@@ -173,17 +174,17 @@ static void on_drain_tick(uv_timer_t *t) {
 static void begin_drain(srv_ctx *x, const char *why) {
     if (x->draining) {
         srv_log(SRV_LOG_WARN, "%s again: ending running requests now", why);
-        x->drain_deadline = srv_now();
+        x->drain_deadline = latent_now_seconds();
         return;
     }
     x->draining = 1;
-    x->drain_deadline = srv_now() + x->cfg.grace_seconds;
+    x->drain_deadline = latent_now_seconds() + x->cfg.grace_seconds;
     srv_log(SRV_LOG_INFO, "%s: draining (grace %.1f s, %d request(s) running)", why, x->cfg.grace_seconds, x->n_gens);
     srv_sdnotify("STOPPING=1\nSTATUS=draining");
     srv_http_quiesce(x->http);
     if (!x->ready && !x->sched) {
         /* still loading: nothing to finish */
-        x->drain_deadline = srv_now();
+        x->drain_deadline = latent_now_seconds();
     }
     uv_timer_start(&x->drain_timer, on_drain_tick, 0, 50);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "latent/clock.h"
 #include "generate.h"
 #include "reply.h"
 #include "routes.h"
@@ -219,7 +220,7 @@ void srv_routes_on_close(void *ud, srv_conn *c) {
         srv_buf path = {0}, method = {0};
         srv_text_sanitize(srv_conn_path(c), strlen(srv_conn_path(c)), &path); /* a client's bytes: keep the log valid UTF-8 */
         srv_text_sanitize(srv_conn_method(c), strlen(srv_conn_method(c)), &method);
-        double ms = (double)(long long)((srv_now() - srv_conn_started(c)) * 1e4) / 10;
+        double ms = (double)(long long)((latent_now_seconds() - srv_conn_started(c)) * 1e4) / 10;
         json_t *f = json_pack("{s:s, s:s%, s:s%, s:i, s:f}", "id", srv_conn_id(c), "method", method.p ? method.p : "", method.len,
                               "path", path.p ? path.p : "", path.len, "status", status, "ms", ms);
         srv_buf_free(&path);

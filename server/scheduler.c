@@ -1,5 +1,6 @@
 /* The step thread: admission, batch building, the engine step, sampling,
  * publishing. See scheduler.h for the contract. */
+#include "latent/clock.h"
 #include "scheduler.h"
 
 #include <pthread.h>
@@ -65,12 +66,6 @@ struct srv_sched {
     long long paused_preemptions; /* of which: paused by backpressure, to let others run */
 };
 
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Tests: the k-th growth from now on fails (srv_sched_fail_alloc). */
 static atomic_int fail_countdown = -1, alloc_calls;
@@ -149,7 +144,7 @@ static void *step_main(void *arg);
 
 int srv_sched_start(srv_sched *s, srv_sched_wake_fn wake, srv_sched_step_fn on_step, void *arg, latent_err *err) {
     s->wake = wake, s->on_step = on_step, s->arg = arg;
-    s->beat = now_s();
+    s->beat = latent_now_seconds();
     if (pthread_create(&s->th, NULL, step_main, s) != 0) return latent_err_set(err, LATENT_E_IO, "scheduler: cannot start the step thread");
     s->started = 1;
     return 0;
@@ -257,7 +252,7 @@ double srv_sched_queue_wait(srv_sched *s, srv_session *x) {
 
 int srv_sched_alive(srv_sched *s, double max_stall) {
     pthread_mutex_lock(&s->mu);
-    int ok = s->idle || now_s() - s->beat < max_stall;
+    int ok = s->idle || latent_now_seconds() - s->beat < max_stall;
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
@@ -514,7 +509,7 @@ static void admit(srv_sched *s) {
                 if (is_follower_of(g->followers[i], g)) fail(s, g->followers[i], "out of memory admitting the request");
             continue;
         }
-        double now = now_s();
+        double now = latent_now_seconds();
         if (start_session(s, g, NULL, now) != 0) {
             fail(s, g, "out of memory");
         } else if (entry >= 0) {
@@ -792,7 +787,7 @@ static void sample_and_publish(srv_sched *s) {
         samp_job j = {s, (s->n_samp + tasks - 1) / tasks};
         latent_parallel_for(samp_task, &j, tasks);
     }
-    double now = now_s();
+    double now = latent_now_seconds();
     for (int i = 0; i < s->n_samp; i++) take_token(s, s->samp[i], now);
 }
 
@@ -816,9 +811,9 @@ static int run_step(srv_sched *s) {
     for (int i = 0; i < n; i++) p0[i] = s->entries[i].seq->n_pos;
 
     latent_err err;
-    double t0 = now_s();
+    double t0 = latent_now_seconds();
     int rc = latent_engine_step(s->eng, s->entries, n, &err);
-    if (s->on_step) s->on_step(s->arg, now_s() - t0, rows);
+    if (s->on_step) s->on_step(s->arg, latent_now_seconds() - t0, rows);
     if (rc != 0) { /* the engine changed nothing: the sessions end with its error */
         s->failed_steps++;
         srv_log(SRV_LOG_ERROR, "engine step of %d rows failed (%s): %s", rows, latent_err_name(err.code), err.msg);
@@ -932,12 +927,12 @@ static void *step_main(void *arg) {
             for (int i = 0; i < n_free; i++) srv_session_free(to_free[i]);
             pthread_mutex_lock(&s->mu);
         }
-        s->beat = now_s();
+        s->beat = latent_now_seconds();
         if (!worked && !s->inbox_head && !s->nudged && !s->stop) {
             s->idle = 1;
             pthread_cond_wait(&s->cv, &s->mu);
             s->idle = 0;
-            s->beat = now_s();
+            s->beat = latent_now_seconds();
         }
     }
     pthread_mutex_unlock(&s->mu);
