@@ -42,19 +42,19 @@ static void drop(srv_prefix_cache *c, int i) {
 }
 
 void srv_cache_insert(srv_prefix_cache *c, latent_seq *seq) {
-    if (c->cap == 0 || seq->n_pos == 0) {
+    if (c->cap == 0 || latent_seq_pos(seq) == 0) {
         latent_seq_free(seq);
         return;
     }
     for (int i = 0; i < c->n; i++) {
         latent_seq *e = &c->entries[i].seq;
-        int k = latent_seq_common_prefix(e, seq->tokens, seq->flows, seq->n_pos);
-        if (k == seq->n_pos) { /* already covered */
+        int k = latent_seq_common_prefix(e, latent_seq_tokens(seq), latent_seq_flows(seq), latent_seq_pos(seq));
+        if (k == latent_seq_pos(seq)) { /* already covered */
             latent_seq_free(seq);
             srv_cache_touch(c, i);
             return;
         }
-        if (k == e->n_pos) drop(c, i--); /* the new one extends it */
+        if (k == latent_seq_pos(e)) drop(c, i--); /* the new one extends it */
     }
     if (c->n == c->cap) srv_cache_evict_lru(c);
     c->entries[c->n].seq = *seq;
@@ -75,13 +75,13 @@ int srv_cache_evict_lru(srv_prefix_cache *c) {
 int srv_cache_pages(const srv_prefix_cache *c) {
     if (c->n == 0) return 0;
     /* distinct pages: entries forked from one another share theirs */
-    const latent_kv_pool *pool = c->entries[0].seq.pool;
-    uint8_t *seen = pool ? calloc((size_t)pool->n_pages, 1) : NULL;
+    const latent_kv_pool *pool = latent_seq_pool(&c->entries[0].seq);
+    uint8_t *seen = pool ? calloc((size_t)latent_kv_pool_pages(pool), 1) : NULL;
     int n = 0;
     for (int i = 0; i < c->n; i++) {
         const latent_seq *s = &c->entries[i].seq;
-        for (int k = 0; k < s->n_pages; k++) {
-            int pg = s->pages[k];
+        for (int k = 0; k < latent_seq_pages(s); k++) {
+            int pg = latent_seq_page(s, k);
             if (!seen) n++; /* out of memory: an upper bound */
             else if (!seen[pg]) seen[pg] = 1, n++;
         }

@@ -91,7 +91,7 @@ static int grow(void **arr, int *cap, int n, size_t item) {
 static int pages_for(const srv_sched *s, int n) { return latent_kv_pages_for(s->o.page_tokens, n); }
 static int full_pages(const srv_sched *s, int n) { return latent_kv_full_pages(s->o.page_tokens, n); }
 
-int srv_sched_pool_pages(const srv_sched *s) { return s->pool.n_pages; }
+int srv_sched_pool_pages(const srv_sched *s) { return latent_kv_pool_pages(&s->pool); }
 
 int srv_sched_group_pages(const srv_sched *s, int n_prompt, int max_tokens, int n) {
     int full = pages_for(s, n_prompt + max_tokens);
@@ -121,7 +121,7 @@ srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_
     s->stats.released_weight_bytes = latent_engine_release_unpacked(s->eng);
     s->stats.weight_bytes = latent_engine_weight_bytes(s->eng);
     s->stats.precision = latent_engine_precision(s->eng);
-    s->stats.kv_dtype = s->pool.dtype;
+    s->stats.kv_dtype = latent_kv_pool_dtype(&s->pool);
     if (srv_cache_init(&s->cache, o->cache_entries) != 0) {
         latent_err_set(err, LATENT_E_NOMEM, "scheduler: out of memory");
         goto fail;
@@ -131,7 +131,7 @@ srv_sched *srv_sched_new(const latent_model *m, const srv_sched_opts *o, latent_
     if (!s->scratch) goto oom;
     for (int i = 0; i < s->n_scratch; i++)
         if (!(s->scratch[i] = malloc(latent_sampler_scratch_size(m->cfg.vocab)))) goto oom;
-    s->stats.pages_total = s->stats.pages_free = s->pool.n_pages;
+    s->stats.pages_total = s->stats.pages_free = latent_kv_pool_pages(&s->pool);
     return s;
 oom:
     latent_err_set(err, LATENT_E_NOMEM, "scheduler: out of memory");
@@ -279,7 +279,7 @@ static void lost_at_finish(srv_session *x) {
  * prefix cache. */
 static void finish(srv_sched *s, srv_session *x, srv_finish why) {
     if (x->state == SRV_ST_DONE) return;
-    if (x->seq.pool) srv_cache_insert(&s->cache, &x->seq); /* frees it when not worth keeping */
+    if (latent_seq_live(&x->seq)) srv_cache_insert(&s->cache, &x->seq); /* frees it when not worth keeping */
     latent_seq_free(&x->seq);
     x->state = SRV_ST_DONE;
     x->done_reason = why;
@@ -382,7 +382,7 @@ static int future_pages(const srv_sched *s, const srv_session *x) {
     switch (x->state) {
     case SRV_ST_PREFILL:
     case SRV_ST_DECODE:
-        return all > x->seq.n_pages ? all - x->seq.n_pages : 0;
+        return all > latent_seq_pages(&x->seq) ? all - latent_seq_pages(&x->seq) : 0;
     case SRV_ST_WAIT_FORK:
         return all - full_pages(s, x->n_prompt);
     default:
@@ -482,11 +482,11 @@ static void admit(srv_sched *s) {
             entry = -1, keep = 0;
             if (g->use_cache || g->replay) {
                 int match = srv_cache_match(&s->cache, ids, cap, g->n_prompt, flow, &entry);
-                if (entry >= 0) keep = keepable(s, match, s->cache.entries[entry].seq.n_pos);
+                if (entry >= 0) keep = keepable(s, match, latent_seq_pos(&s->cache.entries[entry].seq));
                 if (keep == 0) entry = -1;
             }
             need = all - full_pages(s, keep) + (n - 1) * (all - full_pages(s, g->n_prompt));
-            if (need <= s->pool.n_free - committed_pages(s)) break;
+            if (need <= latent_kv_pool_free_pages(&s->pool) - committed_pages(s)) break;
             if (!srv_cache_evict_lru(&s->cache)) {
                 if (preempt_paused(s)) goto again; /* the queue moved: look again */
                 if (s->n_running > 0) return; /* wait for pages */
@@ -525,7 +525,7 @@ static void admit(srv_sched *s) {
                 srv_cache_touch(&s->cache, entry);
             }
         }
-        if (g->replay && g->state == SRV_ST_PREFILL && g->seq.n_pos == target) { /* all of it was cached */
+        if (g->replay && g->state == SRV_ST_PREFILL && latent_seq_pos(&g->seq) == target) { /* all of it was cached */
             g->replay = 0;
             g->pending = g->hist[g->n_prompt + g->n_gen - 1];
             g->state = SRV_ST_DECODE;
@@ -567,10 +567,10 @@ static void preempt(srv_sched *s, srv_session *x) {
 static void grow_reservations(srv_sched *s) {
     for (int i = 0; i < s->n_running; i++) {
         srv_session *x = s->running[i];
-        if (x->state != SRV_ST_DECODE || x->seq.n_pos + 1 <= x->reserved) continue;
+        if (x->state != SRV_ST_DECODE || latent_seq_pos(&x->seq) + 1 <= x->reserved) continue;
         int want = min_i(final_len(x), x->reserved + horizon(s));
         int extra = pages_for(s, want) - pages_for(s, x->reserved);
-        while (x->state == SRV_ST_DECODE && extra > s->pool.n_free - committed_pages(s)) {
+        while (x->state == SRV_ST_DECODE && extra > latent_kv_pool_free_pages(&s->pool) - committed_pages(s)) {
             if (srv_cache_evict_lru(&s->cache)) continue;
             srv_session *v = NULL;
             for (int j = 0; j < s->n_running; j++) {
@@ -702,7 +702,7 @@ static int build_batch(srv_sched *s, int *rows_out, size_t *logit_rows_out) {
     for (int i = 0; i < s->n_running && rows < s->o.step_tokens; i++) {
         srv_session *x = s->running[i];
         if (x->state != SRV_ST_PREFILL) continue;
-        int pos = x->seq.n_pos, left = prefill_target(x) - pos, chunk = s->o.step_tokens - rows;
+        int pos = latent_seq_pos(&x->seq), left = prefill_target(x) - pos, chunk = s->o.step_tokens - rows;
         if (chunk > left) chunk = left;
         if (pos < x->n_prompt && chunk > x->n_prompt - pos) chunk = x->n_prompt - pos; /* one control flow per entry */
         if (n_decode > 0 && chunk > s->o.prefill_chunk) chunk = s->o.prefill_chunk;
@@ -748,7 +748,7 @@ static void after_prefill(srv_sched *s, srv_session *x, const latent_batch_entry
     const int V = s->cfg->vocab;
     s->prefill_tokens += e->n_tokens;
     if (x->replay) {
-        if (x->seq.n_pos == prefill_target(x)) {
+        if (latent_seq_pos(&x->seq) == prefill_target(x)) {
             x->replay = 0;
             x->pending = x->hist[x->n_prompt + x->n_gen - 1];
             x->state = SRV_ST_DECODE;
@@ -756,7 +756,7 @@ static void after_prefill(srv_sched *s, srv_session *x, const latent_batch_entry
         return;
     }
     if (x->prompt_logprobs) prompt_logprobs(s, x, p0, e->n_tokens, e->out);
-    if (x->seq.n_pos < x->n_prompt) return;
+    if (latent_seq_pos(&x->seq) < x->n_prompt) return;
     if (x->max_tokens == 0) {
         finish(s, x, SRV_FINISH_LENGTH);
         return;
@@ -808,7 +808,7 @@ static int run_step(srv_sched *s) {
         return n;
     }
     int p0[n];
-    for (int i = 0; i < n; i++) p0[i] = s->entries[i].seq->n_pos;
+    for (int i = 0; i < n; i++) p0[i] = latent_seq_pos(s->entries[i].seq);
 
     latent_err err;
     double t0 = latent_now_seconds();
@@ -873,8 +873,8 @@ static int publish(srv_sched *s, srv_session ***to_free, int *n_free, int *cap_f
     st->waiting = 0;
     for (int i = 0; i < s->n_wait; i++) st->waiting += group_size(s->wait[i]);
     st->running = s->n_running;
-    st->pages_total = s->pool.n_pages;
-    st->pages_free = s->pool.n_free;
+    st->pages_total = latent_kv_pool_pages(&s->pool);
+    st->pages_free = latent_kv_pool_free_pages(&s->pool);
     st->pages_cached = srv_cache_pages(&s->cache);
     st->cache_entries = s->cache.n;
     st->prefill_tokens = s->prefill_tokens;

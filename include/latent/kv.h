@@ -60,6 +60,25 @@ typedef struct latent_seq {
 } latent_seq;
 
 /* A fresh empty sequence (state zero); owns no pages yet. */
+/* What a caller outside the engine (the daemon's scheduler and prefix cache)
+ * reads of a pool and a sequence. The structs stay in this header because
+ * callers hold them by value (one per session, no allocation); their fields
+ * are the engine's, read through these. */
+static inline int latent_kv_pool_pages(const latent_kv_pool *p) { return p->n_pages; }
+static inline int latent_kv_pool_free_pages(const latent_kv_pool *p) { return p->n_free; }
+static inline latent_kv_dtype latent_kv_pool_dtype(const latent_kv_pool *p) { return p->dtype; }
+/* 1 once latent_seq_init has given s a pool (until latent_seq_free). */
+static inline int latent_seq_live(const latent_seq *s) { return s->pool != NULL; }
+static inline const latent_kv_pool *latent_seq_pool(const latent_seq *s) { return s->pool; }
+/* Tokens whose K and V are cached. */
+static inline int latent_seq_pos(const latent_seq *s) { return s->n_pos; }
+/* Pages held, and the i-th of them (a page index of the pool). */
+static inline int latent_seq_pages(const latent_seq *s) { return s->n_pages; }
+static inline int latent_seq_page(const latent_seq *s, int i) { return s->pages[i]; }
+/* The cached token ids and their control flows (latent_seq_pos of each). */
+static inline const int32_t *latent_seq_tokens(const latent_seq *s) { return s->tokens; }
+static inline const uint8_t *latent_seq_flows(const latent_seq *s) { return s->flows; }
+
 int latent_seq_init(latent_seq *s, latent_kv_pool *pool, const latent_config *cfg, latent_err *err);
 /* Returns every page to the pool; accepts a zeroed sequence. */
 void latent_seq_free(latent_seq *s);
