@@ -1,4 +1,5 @@
 /* Each optimized op against its naive reference. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +14,8 @@ static float *randv(size_t n) {
     return x;
 }
 
-int main(void) {
+/* Every op against its reference on the active instruction-set level. */
+static void check_ops(void) {
     /* matmul: one row (sgemv) and many rows (sgemm), odd sizes */
     int shapes[][3] = {{1, 37, 19}, {5, 64, 33}, {17, 96, 128}};
     for (int s = 0; s < 3; s++) {
@@ -93,5 +95,17 @@ int main(void) {
         CHECK_NEAR(sum, 1.0, 1e-5, "softmax sums to one");
         free(g), free(u), free(a), free(b);
     }
+}
+
+/* Each level up to the best this machine has, so the paths a CPU below it
+ * takes (avx2, generic) are tested here too; then the detected one again. */
+int main(void) {
+    latent_isa best = latent_isa_detected();
+    for (int isa = LATENT_ISA_GENERIC; isa <= (int)best; isa++) {
+        latent_isa got = latent_isa_set((latent_isa)isa);
+        printf("test_ops: on %s\n", latent_isa_name(got));
+        check_ops();
+    }
+    latent_isa_set(best);
     return tu_finish("test_ops");
 }
