@@ -213,7 +213,7 @@ docs-settings: $(BUILD)/latentd
 
 # oneDNN's bf16 matmul against the engine's kernel (docs/architecture.md):
 # a measurement only, so libdnnl-dev is installed here and nowhere else.
-$(BUILD)/onednn_compare: clients/onednn_compare.c $(ENGINE_LIB)
+$(BUILD)/onednn_compare: tests/bench/onednn_compare.c $(ENGINE_LIB)
 	$(call ensure_debs,libdnnl-dev)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(ENGINE_LIB) -ldnnl $(LIBS_ENGINE)
 bench-onednn: $(BUILD)/onednn_compare

@@ -2,7 +2,9 @@
  * weight (1536 x 576, bf16 in, F32 out) at 1, 8, 32 and 512 rows, and whether
  * oneDNN gives a row the same bits whatever the number of rows (the engine's
  * kernel does: test_bf16). A measurement for docs/architecture.md, not a
- * dependency: `make bench-onednn` installs libdnnl-dev and runs it. */
+ * dependency: `make bench-onednn` installs libdnnl-dev and runs it. It times
+ * the kernel itself (kernels/kernels.h, private), so it lives with the tests,
+ * not with the clients, which use only include/latent/. */
 #include <dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
