@@ -391,5 +391,52 @@ def cmd_stall(url, n, stall_s):
     print(f"a stream whose client read nothing was closed after stream-stall-seconds {stall_s}")
 
 
+def cmd_lanes(url, loaders, seconds):
+    """A measurement, not a check (issue 20 item 5): the latency of 20 KB
+    bodies (parsed on the thread pool) quiet, then beside `loaders` clients
+    that send 4 MiB prompts back to back. Prints p50 and p90 of each."""
+    import json
+    import threading
+    import urllib.request
+    small = json.dumps({"prompt": "Hello", "max_tokens": 1, "pad": "x" * 20000}).encode()
+    big = json.dumps({"prompt": "lorem ipsum " * 349000, "max_tokens": 1}).encode()
+
+    def post(body):
+        req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=120).read()
+        except urllib.error.HTTPError as e:
+            e.read()
+
+    def sample(n):
+        times = []
+        for _ in range(n):
+            t0 = time.monotonic()
+            post(small)
+            times.append(time.monotonic() - t0)
+        times.sort()
+        return times[len(times) // 2] * 1e3, times[int(len(times) * 0.9)] * 1e3
+
+    q50, q90 = sample(40)
+    stop = threading.Event()
+    def load():
+        while not stop.is_set():
+            post(big)
+    threads = [threading.Thread(target=load) for _ in range(int(loaders))]
+    for t in threads:
+        t.start()
+    time.sleep(1)
+    t_end = time.monotonic() + float(seconds)
+    b50 = []
+    while time.monotonic() < t_end:
+        b50.append(sample(10))
+    stop.set()
+    for t in threads:
+        t.join()
+    l50 = sorted(x[0] for x in b50)[len(b50) // 2]
+    l90 = sorted(x[1] for x in b50)[len(b50) // 2]
+    print(f"20 KB bodies: quiet p50 {q50:.1f} ms p90 {q90:.1f} ms; beside {loaders} loaders of 4 MiB prompts p50 {l50:.1f} ms p90 {l90:.1f} ms")
+
+
 if __name__ == "__main__":
     globals()["cmd_" + sys.argv[1].replace("-", "_")](*sys.argv[2:])
