@@ -39,15 +39,12 @@ __attribute__((target("avx512f,avx512bw"))) static int pack_pairs_avx512(uint16_
     }
     return i;
 }
-#define X86_AVX512(isa) ((isa) >= LATENT_ISA_AVX512)
-#else
-#define X86_AVX512(isa) 0
 #endif
 
 void latent_bf16_round_span_on(latent_isa isa, uint16_t *dst, const float *src, int n) {
     int i = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (X86_AVX512(isa)) i = round_row_avx512(dst, src, n);
+    if (isa >= LATENT_ISA_AVX512) i = round_row_avx512(dst, src, n);
 #endif
     for (; i < n; i++) dst[i] = latent_f32_to_bf16(src[i]);
 }
@@ -55,7 +52,7 @@ void latent_bf16_round_span_on(latent_isa isa, uint16_t *dst, const float *src, 
 void latent_bf16_pack_pairs_on(latent_isa isa, uint16_t *dst, const float *a, const float *b, int n) {
     int i = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (X86_AVX512(isa)) i = pack_pairs_avx512(dst, a, b, n);
+    if (isa >= LATENT_ISA_AVX512) i = pack_pairs_avx512(dst, a, b, n);
 #endif
     for (; i < n; i++) dst[2 * i] = latent_f32_to_bf16(a[i]), dst[2 * i + 1] = b ? latent_f32_to_bf16(b[i]) : 0;
 }
