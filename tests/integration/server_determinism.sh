@@ -25,6 +25,21 @@ run PLAIN_F32 "$tmp/plain" --precision f32
 LATENT_ISA=amx-model run T2MLR_BF16_AMX_MODEL "$model" --precision bf16
 check "amx-model: named in the start-up log" grep -q "kernels amx-model" "$tmp/T2MLR_BF16_AMX_MODEL.log"
 
+# Structured output (issue 25): a json_schema request (seeded, temperature 1,
+# logprobs 5) gives the same text and logprob bits alone and beside 32
+# streams, half of them constrained (random schemas, json_object) and half
+# free, so constrained and free sequences share its steps (the greedy and
+# seeded free requests again too). On the shipped model (BF16, T2MLR) and on
+# the T2MLR test model in f32.
+for m in "DEFAULT_STRUCTURED $root/models/default" "T2MLR_F32_STRUCTURED $model --precision f32"; do
+    set -- $m
+    name=$1; shift
+    start_server "$name" "$@" --prefix-cache 0 --prefill-chunk 7 --step-tokens 96 || { fail "$name: start"; continue; }
+    url=URL_$name
+    check "$name: json_schema alone = beside constrained and free streams, bit for bit" "$PY" "$client" determinism "${!url}" 32 1
+    stop_server "$name"
+done
+
 # A BF16 checkpoint: latentd packs its matrices straight from the file
 # mapping (keep_bf16, no F32 copy); the same values widened to an F32 file
 # and rounded back when packed must give the same bits.

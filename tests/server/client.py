@@ -587,15 +587,40 @@ def cmd_backpressure(url, n="8", max_tokens="1900"):
         pauses, sampled, n * max_tokens, n))
 
 
-def cmd_determinism(url, others="32"):
+# The constrained request of `determinism ... structured`: bounded fields, so
+# a document usually ends inside its 160 tokens (a cut one compares as well).
+DETERMINISM_SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12},
+                   "tags": {"type": "array", "items": {"enum": ["red", "green", "blue", 7, None]}, "minItems": 1, "maxItems": 4},
+                   "size": {"type": ["integer", "null"]},
+                   "next": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}},
+    "required": ["name", "tags", "next"], "additionalProperties": False}
+
+
+def cmd_determinism(url, others="32", structured="0"):
     """A greedy completion with logprobs, and a seeded sampled one, give the
     same text and the same logprob bits sent alone and while `others`
-    streams of random lengths run (docs/api.md, "Determinism")."""
+    streams of random lengths run (docs/api.md, "Determinism").
+    structured=1: also a json_schema request (seeded, temperature 1,
+    logprobs 5), and half the streams of the load are constrained (random
+    schemas of tests/server/structured.py, json_object every fourth), so
+    constrained and free sequences share the steps it runs in."""
     import random
     rnd = random.Random(11)
+    structured = structured == "1"
     prompt = "Determinism: the same request gives the same bits, " * 6
     asks = [dict(max_tokens=64, temperature=0, logprobs=5, ignore_eos=True),
             dict(max_tokens=64, temperature=1, seed=1234, logprobs=5, ignore_eos=True)]
+    names = ["greedy", "seeded temperature 1"]
+    schemas = []
+    if structured:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import structured as st_gen
+        schemas = st_gen.rand_schemas(7, int(others))
+        asks.append(dict(max_tokens=160, temperature=1, seed=4321, logprobs=5, response_format={
+            "type": "json_schema", "json_schema": {"name": "det", "schema": DETERMINISM_SCHEMA, "strict": True}}))
+        names.append("json_schema, seeded temperature 1")
 
     def ask(fields):
         body = {"prompt": prompt}
@@ -606,19 +631,32 @@ def cmd_determinism(url, others="32"):
         resp = json.loads(raw)
         fps.append(resp["system_fingerprint"])
         ch = resp["choices"][0]
-        return ch["text"], ch["logprobs"]
+        return ch["text"], ch["logprobs"], ch["finish_reason"]
 
     fps = []
     alone = [ask(a) for a in asks]
     stop = threading.Event()
     errors = []
+    inflight = {"constrained": 0, "free": 0}
+    lock = threading.Lock()
 
     def load(i):
         p = "Load %d: %s" % (i, "words " * rnd.randint(1, 120))
         n = rnd.randint(40, 400)
+        kind, extra = "free", {}
+        if structured and i % 2 == 0:
+            kind = "constrained"
+            extra["response_format"] = ({"type": "json_object"} if i % 4 == 2 else
+                                        {"type": "json_schema", "json_schema": {"name": "l%d" % i, "schema": schemas[i]}})
         try:
             while not stop.is_set():
-                completion(url, p, stream=True, max_tokens=n, ignore_eos=True, temperature=0.7)
+                with lock:
+                    inflight[kind] += 1
+                try:
+                    completion(url, p, stream=True, max_tokens=n, ignore_eos=True, temperature=0.7, **extra)
+                finally:
+                    with lock:
+                        inflight[kind] -= 1
         except BaseException as e:  # noqa
             errors.append(str(e))
     ts = [threading.Thread(target=load, args=(i,)) for i in range(int(others))]
@@ -628,33 +666,52 @@ def cmd_determinism(url, others="32"):
     while get_metric(url, "latentd_running_sessions") < int(others) // 2 and time.time() < end:
         time.sleep(0.02)
     busy = get_metric(url, "latentd_running_sessions")
-    loaded = [None, None]
+    with lock:
+        mix = dict(inflight)
+    loaded = [None] * len(asks)
 
     def run(k):
         loaded[k] = ask(asks[k])
-    rs = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    rs = [threading.Thread(target=run, args=(k,)) for k in range(len(asks))]
     for t in rs:
         t.start()
     for t in rs:
         t.join()
+    with lock:
+        mix_end = dict(inflight)
     stop.set()
     for t in ts:
         t.join()
     if errors:
         fail("load errors: %s" % errors[:3])
-    for k, what in enumerate(("greedy", "seeded temperature 1")):
-        (ta, la), (tb, lb) = alone[k], loaded[k]
-        if ta != tb:
-            fail("%s: text differs under load: alone %r, loaded %r" % (what, ta, tb))
+    if structured and min(mix["constrained"], mix["free"], mix_end["constrained"], mix_end["free"]) < int(others) // 4:
+        fail("the load should mix constrained and free streams: %r when sent, %r when done" % (mix, mix_end))
+    for k, what in enumerate(names):
+        (ta, la, fa), (tb, lb, fb) = alone[k], loaded[k]
+        if ta != tb or fa != fb:
+            fail("%s: text differs under load: alone %r (%s), loaded %r (%s)" % (what, ta, fa, tb, fb))
         for i, (x, y) in enumerate(zip(la["token_logprobs"], lb["token_logprobs"])):
             if x != y or la["top_logprobs"][i] != lb["top_logprobs"][i]:
                 fail("%s: token %d (%r) logprob %r alone, %r under load; top %r vs %r" %
                      (what, i, la["tokens"][i], x, y, la["top_logprobs"][i], lb["top_logprobs"][i]))
-        if len(la["token_logprobs"]) != 64 or la["tokens"] != lb["tokens"]:
+        if la["tokens"] != lb["tokens"] or len(la["token_logprobs"]) != len(lb["token_logprobs"]):
             fail("%s: tokens differ" % what)
+        if "response_format" not in asks[k] and len(la["token_logprobs"]) != 64:
+            fail("%s: %d tokens, not 64" % (what, len(la["token_logprobs"])))
+    if structured:
+        ta, la, fa = alone[-1]
+        if len(la["tokens"]) < 16:
+            fail("json_schema: a document of %d tokens is too short to tell: %r" % (len(la["tokens"]), ta))
     if len(set(fps)) != 1 or not str(fps[0]).startswith("fp_"):
         fail("system_fingerprint should be one fp_ value for every response: %r" % sorted(set(map(str, fps))))
     wait_idle(url)
+    if structured:
+        ta, la, fa = alone[-1]
+        print("greedy, seeded and json_schema (%d tokens, %s) completions and their top-5 logprobs identical alone and "
+              "beside %d streams (%d running when sent; constrained/free streams %d/%d when sent, %d/%d when done; %s)" %
+              (len(la["tokens"]), fa, int(others), busy, mix["constrained"], mix["free"],
+               mix_end["constrained"], mix_end["free"], fps[0]))
+        return
     print("64 tokens and their top-5 logprobs identical alone and beside %d streams (%d running when sent; %s)" %
           (int(others), busy, fps[0]))
 
