@@ -302,90 +302,110 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     return 0;
 }
 
+/* A new request: its srv_conn, linked and attached to its socket. NULL when
+ * out of memory. */
+static srv_conn *conn_new(srv_http *h, struct MHD_Connection *mc, const char *url, const char *method) {
+    srv_conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->h = h, c->mc = mc;
+    snprintf(c->method, sizeof c->method, "%s", method);
+    c->path = strdup(url ? url : "/");
+    if (!c->path) {
+        free(c);
+        return NULL;
+    }
+    snprintf(c->id, sizeof c->id, "%llx", ++h->next_id);
+    c->t_start = c->t_write = latent_now_seconds();
+    c->next = h->conns;
+    if (h->conns) h->conns->prev = c;
+    h->conns = c;
+    h->n_conns++;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context) {
+        c->sock = ci->socket_context;
+        c->sock->conn = c;
+        if (c->sock->hung_up) c->peer_gone = 1;
+    }
+    return c;
+}
+
+/* The header is complete: refuse framing that smuggles and bodies past the
+ * budget at once; reserve the announced body. */
+static void admit_header(srv_http *h, srv_conn *c, struct MHD_Connection *mc, const char *version) {
+    srv_error e;
+    unsigned long long content_length;
+    if (srv_http_check_framing(mc, version, h->o.max_body, &content_length, &e) != 0) {
+        srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* what follows cannot be trusted */
+        srv_conn_reply_error(c, &e, 0);
+        if (c->sock) srv_guard_complete(&c->sock->gc, latent_now_seconds());
+    } else if (c->sock && srv_guard_began(&h->guard, &c->sock->gc, content_length, latent_now_seconds()) != 0) {
+        srv_error_set(&e, SRV_ERR_BUSY, NULL, "the server is receiving too many request bodies (max-body-buffer-mib); retry later");
+        srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* the body is not read */
+        srv_conn_reply_error(c, &e, h->o.retry_after_s);
+        srv_guard_complete(&c->sock->gc, latent_now_seconds());
+    } else if (content_length && c->sock && srv_buf_reserve(&c->body, (size_t)content_length) == 0) {
+        /* sized once to what the header announced: the budget charges what is held */
+        srv_guard_body_stored(&h->guard, &c->sock->gc, 0, c->body.cap, latent_now_seconds());
+    }
+}
+
+/* A piece of the body: kept, or dropped once it passes the size limit or
+ * the budget (answered when the body is complete). */
+static void take_upload(srv_http *h, srv_conn *c, const char *upload, size_t n) {
+    srv_guard_conn *gc = gc_of(c);
+    c->rcvd += n;
+    if (!c->too_large && c->body.len + n > (size_t)h->o.max_body) c->too_large = 1;
+    if (gc && !c->too_large && !c->over_budget && !srv_guard_body_fits(&h->guard, gc, n)) c->over_budget = 1;
+    if (c->too_large || c->over_budget) srv_buf_free(&c->body);
+    else srv_buf_append(&c->body, upload, n);
+    if (gc) {
+        if (!c->body.p) srv_guard_body_released(&h->guard, gc);
+        srv_guard_body_stored(&h->guard, gc, c->rcvd, c->body.cap, latent_now_seconds());
+    }
+}
+
+/* The body is complete: 0 when it may go to the handler, or -1 after
+ * answering what went wrong while it arrived. */
+static int refuse_body(srv_http *h, srv_conn *c) {
+    srv_error e;
+    if (c->too_large) {
+        srv_error_set(&e, SRV_ERR_TOO_LARGE, NULL, "the request body is larger than the limit of %ld bytes", h->o.max_body);
+        srv_conn_reply_error(c, &e, 0);
+    } else if (c->over_budget) {
+        srv_error_set(&e, SRV_ERR_BUSY, NULL, "the server is receiving too many request bodies (max-body-buffer-mib); retry later");
+        srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close");
+        srv_conn_reply_error(c, &e, h->o.retry_after_s);
+    } else if (c->body.oom) {
+        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory reading the body");
+        srv_conn_reply_error(c, &e, 0);
+    } else {
+        return 0;
+    }
+    return -1;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv_http *h = cls;
     srv_conn *c = *con_cls;
     if (!c) {
-        c = calloc(1, sizeof *c);
-        if (!c) return MHD_NO;
-        c->h = h, c->mc = mc;
-        snprintf(c->method, sizeof c->method, "%s", method);
-        c->path = strdup(url ? url : "/");
-        if (!c->path) {
-            free(c);
-            return MHD_NO;
-        }
-        snprintf(c->id, sizeof c->id, "%llx", ++h->next_id);
-        c->t_start = c->t_write = latent_now_seconds();
-        c->next = h->conns;
-        if (h->conns) h->conns->prev = c;
-        h->conns = c;
-        h->n_conns++;
+        if (!(c = conn_new(h, mc, url, method))) return MHD_NO;
         *con_cls = c;
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        if (ci && ci->socket_context) {
-            c->sock = ci->socket_context;
-            c->sock->conn = c;
-            if (c->sock->hung_up) c->peer_gone = 1;
-        }
-        srv_error e;
-        unsigned long long content_length;
-        if (srv_http_check_framing(mc, version, h->o.max_body, &content_length, &e) != 0) {
-            srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* what follows cannot be trusted */
-            srv_conn_reply_error(c, &e, 0);
-            if (c->sock) srv_guard_complete(&c->sock->gc, latent_now_seconds());
-        } else if (c->sock && srv_guard_began(&h->guard, &c->sock->gc, content_length, latent_now_seconds()) != 0) {
-            srv_error_set(&e, SRV_ERR_BUSY, NULL, "the server is receiving too many request bodies (max-body-buffer-mib); retry later");
-            srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close"); /* the body is not read */
-            srv_conn_reply_error(c, &e, h->o.retry_after_s);
-            srv_guard_complete(&c->sock->gc, latent_now_seconds());
-        } else if (content_length && c->sock && srv_buf_reserve(&c->body, (size_t)content_length) == 0) {
-            /* sized once to what the header announced: the budget charges what is held */
-            srv_guard_body_stored(&h->guard, &c->sock->gc, 0, c->body.cap, latent_now_seconds());
-        }
+        admit_header(h, c, mc, version);
         return MHD_YES;
     }
     if (c->replied && !c->streaming) {
         *upload_size = 0; /* the body of a request already answered is dropped */
         return MHD_YES;
     }
-    srv_guard_conn *gc = gc_of(c);
     if (*upload_size) {
-        c->rcvd += *upload_size;
-        if (!c->too_large && c->body.len + *upload_size > (size_t)h->o.max_body) c->too_large = 1;
-        if (gc && !c->too_large && !c->over_budget && !srv_guard_body_fits(&h->guard, gc, *upload_size)) c->over_budget = 1;
-        if (c->too_large || c->over_budget) srv_buf_free(&c->body);
-        else srv_buf_append(&c->body, upload, *upload_size);
-        if (gc) {
-            if (!c->body.p) srv_guard_body_released(&h->guard, gc);
-            srv_guard_body_stored(&h->guard, gc, c->rcvd, c->body.cap, latent_now_seconds());
-        }
+        take_upload(h, c, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
-    if (gc) srv_guard_complete(gc, latent_now_seconds());
+    if (gc_of(c)) srv_guard_complete(gc_of(c), latent_now_seconds());
     if (c->peer_gone) return MHD_NO;
-    if (c->replied) return MHD_YES;
-    if (c->too_large) {
-        srv_error e;
-        srv_error_set(&e, SRV_ERR_TOO_LARGE, NULL, "the request body is larger than the limit of %ld bytes", h->o.max_body);
-        srv_conn_reply_error(c, &e, 0);
-        return MHD_YES;
-    }
-    if (c->over_budget) {
-        srv_error e;
-        srv_error_set(&e, SRV_ERR_BUSY, NULL, "the server is receiving too many request bodies (max-body-buffer-mib); retry later");
-        srv_conn_add_header(c, MHD_HTTP_HEADER_CONNECTION, "close");
-        srv_conn_reply_error(c, &e, h->o.retry_after_s);
-        return MHD_YES;
-    }
-    if (c->body.oom) {
-        srv_error e;
-        srv_error_set(&e, SRV_ERR_INTERNAL, NULL, "out of memory reading the body");
-        srv_conn_reply_error(c, &e, 0);
-        return MHD_YES;
-    }
+    if (c->replied || refuse_body(h, c) != 0) return MHD_YES;
     if (c->handler) c->handler->resume(h->ud, c, c->data);
     else h->cbs.on_request(h->ud, c);
     if (!c->replied && !c->suspended) {
