@@ -3,17 +3,17 @@
 tests/integration/server_structured.sh (stdlib only).
 
 usage: structured.py COMMAND URL [args...]
-  ask URL OUT.jsonl COUNT SEED MAX_TOKENS CONCURRENCY
+  ask URL OUT.jsonl COUNT SEED MAX_TOKENS CONCURRENCY [json_object]
       COUNT random schemas inside the JSON Schema subset of docs/api.md from a
       generator seeded with SEED (every keyword of the subset; the run fails
-      when one is missing), plus a json_object request every 100th, each sent
-      once at temperature 1 (completions and chat alternating), CONCURRENCY
-      at a time. Writes one JSON line per request: {i, endpoint, schema,
-      text, finish_reason} (json_object as the schema {"type": "object"});
-      tests/server/validate_ajv.mjs validates them.
+      when one is missing), or with `json_object` COUNT json_object
+      requests, each sent once at temperature 1 (completions and chat
+      alternating), CONCURRENCY at a time. Writes one JSON line per request:
+      {i, endpoint, schema, text, finish_reason} (json_object as the schema
+      {"type": "object"}); tests/server/validate_ajv.mjs validates them.
   stream URL N SEED MAX_TOKENS
-      the first N of the same schemas streamed and not: the same text and
-      finish_reason.
+      a json_object request and the first N of the same schemas, streamed
+      and not: the same text and finish_reason.
   refusals URL
       schemas outside the subset or past a cap: a 400 naming the keyword and
       its JSON pointer within 5 s, and the server serves afterwards.
@@ -313,9 +313,7 @@ def recursed(s, doc):
 def body_for(i, schema, max_tokens, stream=False):
     rf = ({"type": "json_object"} if schema is None else
           {"type": "json_schema", "json_schema": {"name": "s%d" % i, "schema": schema, "strict": True}})
-    # json_object: any keys and values, free strings a small model seldom
-    # ends; fewer tokens for it, so its cut documents cost little
-    body = {"max_tokens": max_tokens if schema else min(max_tokens, 128), "temperature": 1, "seed": 1000 + i, "response_format": rf, "stream": stream}
+    body = {"max_tokens": max_tokens, "temperature": 1, "seed": 1000 + i, "response_format": rf, "stream": stream}
     if i % 2:
         body["messages"] = [{"role": "user", "content": "Give me JSON."}]
         return "/v1/chat/completions", body
@@ -351,25 +349,15 @@ def answer(path, raw, stream):
     return text, fin
 
 
-def requests_of(count, seed):
-    """(i, schema) pairs: the random schemas, and json_object (None) every 100th."""
-    out = []
-    for i, s in enumerate(rand_schemas(seed, count)):
-        if i % 100 == 0:
-            out.append((len(out), None))
-        out.append((len(out), s))
-    return out
-
-
-def cmd_ask(url, out_path, count, seed, max_tokens, concurrency):
+def cmd_ask(url, out_path, count, seed, max_tokens, concurrency, what="json_schema"):
     count, seed, max_tokens, concurrency = int(count), int(seed), int(max_tokens), int(concurrency)
-    reqs = requests_of(count, seed)
+    schemas = [] if what == "json_object" else rand_schemas(seed, count)
+    reqs = [(i, None) for i in range(count)] if what == "json_object" else list(enumerate(schemas))
     seen = {}
-    schemas = [s for _, s in reqs if s is not None]
     keywords(schemas, seen)
     seen["recursive $ref"] = sum(map(is_recursive, schemas))
     missing = [k for k in KEYWORDS if not seen.get(k)]
-    if missing:
+    if schemas and missing:
         raise SystemExit("the generator used no %s" % ", ".join(missing))
     results = [None] * len(reqs)
     errors = []
@@ -423,14 +411,17 @@ def cmd_ask(url, out_path, count, seed, max_tokens, concurrency):
                 deep += recursed(r["schema"], json.loads(r["text"]))
             except ValueError:
                 pass  # not JSON: the validator reports it
-    print("%d requests (%d schemas, %d json_object; %d recursive, %d finished documents recursing) in %.1f s, "
+    if not schemas:
+        print("%d json_object requests in %.1f s, %d at a time, %d tokens" % (len(reqs), dt, concurrency, toks))
+        return
+    print("%d schemas (%d recursive, %d finished documents recursing) asked in %.1f s, "
           "%d at a time, %d tokens (%.0f/s); keywords: %s" % (
-        len(reqs), len(schemas), len(reqs) - len(schemas), seen["recursive $ref"], deep, dt, concurrency, toks, toks / dt,
+        len(reqs), seen["recursive $ref"], deep, dt, concurrency, toks, toks / dt,
         " ".join("%s %d" % (k, seen[k]) for k in KEYWORDS)))
 
 
 def cmd_stream(url, n, seed, max_tokens):
-    reqs = requests_of(int(n), int(seed))[:int(n)]
+    reqs = [(-1, None)] + list(enumerate(rand_schemas(int(seed), int(n))))
     for i, s in reqs:
         got = []
         for stream in (False, True):
