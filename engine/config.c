@@ -2,6 +2,7 @@
  * "latent_recurrence" object (models.md §4). Unknown fields are ignored;
  * fields that would change the math we implement (rope_scaling, biases, a
  * non-silu activation) are refused. Every message names the file and field. */
+#include "file_atomic.h"
 #include "latent/config.h"
 
 #include <errno.h>
@@ -383,57 +384,13 @@ static json_t *cfg_to_json(const latent_config *cfg, int bf16) {
     return o;
 }
 
-/* text and a newline to path, atomically (the weights' pattern: temp file,
- * fsync, rename, then the directory entry). 0, or -1 with err set. */
-static int cfg_write_atomic(const char *path, const char *text, latent_err *err) {
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    int rc = -1;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        latent_err_set(err, LATENT_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
-    size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF && fflush(f) == 0 &&
-             fsync(fileno(f)) == 0;
-    int serr = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) {
-        latent_err_set(err, LATENT_E_IO, "%s: write failed: %s", tmp, strerror(serr));
-        remove(tmp);
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        latent_err_set(err, LATENT_E_IO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-        remove(tmp);
-        goto done;
-    }
-    /* and the directory entry, so the rename survives a crash (best effort) */
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    free(dir);
-    rc = 0;
-done:
-    free(tmp);
-    return rc;
-}
-
 int latent_config_save_dtype(const latent_config *cfg, const char *path, int bf16, latent_err *err) {
     json_t *o = cfg_to_json(cfg, bf16);
     if (!o) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(o);
     if (!text) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
-    int rc = cfg_write_atomic(path, text, err);
+    int rc = latent_write_text_atomic(path, text, 1, err);
     free(text);
     return rc;
 }

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file_atomic.h"
 #include "latent/model_init.h"
 #include "safetensors.h"
 #include "train/dir_io.h"
@@ -65,37 +66,6 @@ static void crash_point(int64_t step, const char *point) {
     char *colon;
     long long s = strtoll(v, &colon, 10);
     if (*colon == ':' && s == step && !strcmp(colon + 1, point)) raise(SIGKILL);
-}
-
-/* Writes text to path atomically: temp file, fsync, rename. */
-static int write_text_atomic(const char *path, const char *text, latent_err *err) {
-    size_t n = strlen(path) + 8;
-    char *tmp = malloc(n);
-    if (!tmp) return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, n, "%s.tmp", path);
-    int rc = -1;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        latent_err_set(err, LATENT_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
-    size_t len = strlen(text);
-    int ok = fwrite(text, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) {
-        latent_err_set(err, LATENT_E_IO, "%s: write failed: %s", tmp, strerror(errno));
-        unlink(tmp);
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        latent_err_set(err, LATENT_E_IO, "%s: cannot rename: %s", tmp, strerror(errno));
-        unlink(tmp);
-        goto done;
-    }
-    rc = 0;
-done:
-    free(tmp);
-    return rc;
 }
 
 static int save_optimizer(const char *dir, const latent_optim *opt, latent_err *err) {
@@ -152,7 +122,7 @@ static int stage_checkpoint(const char *staging, const char *out, const latent_m
         free(text);
         return latent_err_set(err, LATENT_E_NOMEM, "%s: out of memory", out);
     }
-    int w = write_text_atomic(file, text, err);
+    int w = latent_write_text_atomic(file, text, 0, err);
     free(text), free(file);
     if (w != 0) return -1;
     if (latent_fsync_path(staging, 1) != 0)
