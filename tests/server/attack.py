@@ -23,16 +23,17 @@ def fail(msg):
     sys.exit(1)
 
 
-def health_within(url, seconds, source=None):
-    """Seconds /health took to answer 200 on a fresh connection, or None."""
+def timed_request(url, request, seconds, source=None, until_header=False):
+    """Seconds a raw request took to get a 200 on a fresh connection (the
+    header only, or the whole response), or None."""
     t0 = time.monotonic()
     try:
         s = socket.create_connection(addr(url), timeout=seconds, source_address=(source, 0) if source else None)
         s.settimeout(max(0.1, seconds - (time.monotonic() - t0)))
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        s.sendall(request)
         data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = s.recv(4096)
+        while not (until_header and b"\r\n\r\n" in data):
+            chunk = s.recv(65536)
             if not chunk:
                 break
             data += chunk
@@ -42,6 +43,11 @@ def health_within(url, seconds, source=None):
     except OSError:
         pass
     return None
+
+
+def health_within(url, seconds, source=None):
+    """Seconds /health took to answer 200 on a fresh connection, or None."""
+    return timed_request(url, b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", seconds, source, True)
 
 
 def open_idle(url, n, source=None):
@@ -286,23 +292,8 @@ def rss_kib(pid):
 def completion_within(url, seconds, source):
     """Seconds a small completion took to answer 200 on a fresh connection, or None."""
     body = b'{"prompt":"a","max_tokens":2}'
-    t0 = time.monotonic()
-    try:
-        s = connect_from(url, source, seconds)
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-                  b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        s.close()
-        if data.startswith(b"HTTP/1.1 200"):
-            return time.monotonic() - t0
-    except OSError:
-        pass
-    return None
+    return timed_request(url, b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                         b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body, seconds, source)
 
 
 def cmd_body_hold(url, pid, n, mib, max_growth_mib, body_timeout):
