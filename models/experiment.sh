@@ -194,7 +194,9 @@ EOF
 # .eval.json (final `latent eval`; s5 also .eval32.json, twice the length).
 # The report (models/tools/experiment_report.py --state) goes to WORK/report.
 # env: STATE_TASKS ("s5 var"), STATE_MODELS ("plain t2mlr"), STATE_SEEDS
-#      ("11 12 13"), STATE_BUDGET, STATE_MAX_STEPS, STATE_CHUNK (s5 500, var 250);
+#      ("11 12 13"), STATE_BUDGET, STATE_MAX_STEPS, STATE_CHUNK (s5 500, var 250),
+#      STATE_STAGE_STEPS (the steps at which the stages end, e.g. "11500 13500":
+#      a control run on the schedule another run took; criteria then unused);
 #      QUICK=1: a few chunks of a few steps, into build/experiment-state-quick.
 state_data() { # task seed dir
     local t=$1 s=$2 d=$3 n k
@@ -265,9 +267,9 @@ PYEOF
         # a curve line; prints "advance", "stop" or "stay"
         status=$("$PY" - "$d/$m.run/train.jsonl" "$d/$m.ev_stage.json" "$d/$m.ev_final.json" "$out.curve.jsonl" \
             "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$state_budget" "$state_max_steps" "$d/$m.cpu" \
-            "${fr[$si]:-2}" "$((si + 1 < ${#st[@]} ? 1 : 0))" <<'PYEOF'
+            "${fr[$si]:-2}" "$((si + 1 < ${#st[@]} ? 1 : 0))" "$(echo ${STATE_STAGE_STEPS:-} | cut -d' ' -f$((si + 1)))" <<'PYEOF'
 import json, os, sys
-(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, frac, more) = sys.argv[1:]
+(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, frac, more, at) = sys.argv[1:]
 rows = [json.loads(l) for l in open(jl) if l.strip()]
 prev = [json.loads(l) for l in open(curve)] if os.path.exists(curve) else []
 tok0, sec0, cpu0 = (prev[-1]["tokens"], prev[-1]["train_s"], prev[-1]["cpu_s"]) if prev else (0, 0.0, 0.0)
@@ -285,6 +287,8 @@ line = {"step": rows[-1]["step"], "stage": int(stage), "loss": round(sum(r["loss
 open(curve, "a").write(json.dumps(line) + "\n")
 if line["cpu_s"] >= float(budget) or line["step"] >= int(max_steps):
     print("stop")
+elif more == "1" and at:
+    print("advance" if line["step"] >= int(at) else "stay")
 elif more == "1":
     if task == "s5":
         met = min(sa.values()) >= 0.95

@@ -264,6 +264,58 @@ def svg_curves(path, title, xlabel, series, chance, xscale=1.0):
         f.write("\n".join(out) + "\n")
 
 
+def per_product(acc):
+    """S5: the per-product accuracy a that best fits acc_k = a^(k-1) over
+    positions 2-16 of the length-16 test (least squares on the logs)."""
+    import math
+    num = den = 0.0
+    for k in range(2, 17):
+        v = acc.get(str(k))
+        if v is None:
+            continue
+        num += (k - 1) * math.log(max(v, 1e-4))
+        den += (k - 1) ** 2
+    return math.exp(num / den) if den else float("nan")
+
+
+def s5_projection(cv, after_first_stage=True):
+    """Fit of the per-product error 1 - a against training tokens over the
+    evaluations since a passed 0.5 (a power law, least squares on the logs),
+    and the tokens at which a reaches 0.95^(1/15) (0.99659: every position
+    1-16 at least 0.95 if the products' errors were independent). Returns a
+    dict or None when there are fewer than 3 points or no downward trend."""
+    import math
+    pts = [(c["tokens"], per_product(c["final_acc"]), c) for c in cv]
+    # only after the transition: position 2 (one product) right at least half the time
+    pts = [(t, a, c) for t, a, c in pts if a == a and a > 0.5 and c["final_acc"].get("2", 0) > 0.5]
+    if after_first_stage:  # the conservative fit: past the transition of the first stage
+        pts = [(t, a, c) for t, a, c in pts if c["stage"] != cv[0]["stage"]]
+    if len(pts) < 3:
+        return None
+    xs = [math.log(t) for t, _, _ in pts]
+    ys = [math.log(max(1 - a, 1e-6)) for _, a, _ in pts]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return None
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    c0 = my - b * mx
+    if b >= 0:
+        return {"points": n, "slope": b, "tokens": None}
+    goal = 1 - 0.95 ** (1 / 15)
+    tok = math.exp((math.log(goal) - c0) / b)
+    last = cv[-1]
+    # CPU seconds per token at the final stage, from its own chunks
+    fin = [c for c in cv if c["stage"] == last["stage"]]
+    prev = [c for c in cv if c["stage"] != last["stage"]]
+    t0, s0 = (prev[-1]["tokens"], prev[-1]["cpu_s"]) if prev else (0, 0.0)
+    rate = (last["cpu_s"] - s0) / max(1, last["tokens"] - t0)
+    extra = max(0.0, tok - last["tokens"]) * rate
+    return {"points": n, "slope": b, "a_last": pts[-1][1], "tokens": tok, "rate": rate,
+            "cpu_h": (last["cpu_s"] + extra) / 3600.0}
+
+
 def state_main(res, out, cpu, jobs, prec, budget, quick):
     os.makedirs(out, exist_ok=True)
     runs = {}
@@ -342,6 +394,28 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
                     (LABELS[m], reached[m], total[m]) for m in total]
         if said:
             lines += ["Targets (issue 24): " + "; ".join(said) + ".", ""]
+        if task == "s5":
+            for model, seed in rr:
+                if model == "plain":
+                    continue
+                cv = [json.loads(l) for l in open(os.path.join(res, "%s.%s.s%d.curve.jsonl" % (task, model, seed))) if l.strip()]
+                pr = s5_projection(cv)
+                pr_all = s5_projection(cv, False)
+                if pr is None:
+                    lines += ["Projection, %s seed %d: fewer than 3 evaluations with position 2 above 0.5; no fit." % (LABELS[model], seed), ""]
+                elif pr["tokens"] is None:
+                    lines += ["Projection, %s seed %d: the per-product error does not fall over the last %d evaluations; no fit." % (LABELS[model], seed, pr["points"]), ""]
+                else:
+                    lines += ["Projection, %s seed %d: per-product accuracy a (fit of acc_k = a^(k-1) over positions 2-16 of the length-16 test) "
+                              "%.4f at the end; a power law fit of 1 - a against training tokens over the %d evaluations after the first stage "
+                              "(exponent %.2f) reaches a = 0.99659 (0.95 at position 16 if errors were independent) at %.1fM tokens; "
+                              "at this run's final-stage cost of %.1f CPU microseconds per token that is %.2f core-hours in all "
+                              "(%.1f times the budget)." % (LABELS[model], seed, pr["a_last"], pr["points"], pr["slope"], pr["tokens"] / 1e6,
+                                                           pr["rate"] * 1e6, pr["cpu_h"], pr["cpu_h"] * 3600 / float(budget))
+                              + ("" if not pr_all or not pr_all.get("tokens") else
+                                 " Fitted instead over all %d evaluations since position 2 passed 0.5 (exponent %.2f, the transition "
+                                 "included, so steeper): %.1fM tokens, %.2f core-hours." % (pr_all["points"], pr_all["slope"],
+                                                                                          pr_all["tokens"] / 1e6, pr_all["cpu_h"])), ""]
         metric = "mean accuracy over positions 1-16" if task == "s5" else "accuracy at depth 5"
         chance = 1 / 120 if task == "s5" else 0.1
         for suffix, xl, ser, sc in (("tokens", "training tokens (millions)", tok_series, 1e6),
