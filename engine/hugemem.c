@@ -1,5 +1,6 @@
 /* Large buffers on transparent huge pages: see hugemem.h. */
 #include "hugemem.h"
+#include "latent/threads.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,13 +18,15 @@ static size_t huge_round(size_t bytes) {
 }
 
 void *latent_huge_alloc(size_t bytes) {
+    void *p = latent_huge_alloc_raw(bytes);
+    if (p && bytes < HUGE_PAGE) memset(p, 0, bytes); /* mapped memory is zero already */
+    return p;
+}
+
+void *latent_huge_alloc_raw(size_t bytes) {
     if (bytes == 0) bytes = 1;
-    if (bytes < HUGE_PAGE) {
-        /* rounding a small buffer up to a huge page would waste most of it */
-        void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        if (p) memset(p, 0, bytes);
-        return p;
-    }
+    /* rounding a small buffer up to a huge page would waste most of it */
+    if (bytes < HUGE_PAGE) return aligned_alloc(64, (bytes + 63) / 64 * 64);
     size_t len = huge_round(bytes);
     /* Over-allocate one huge page so the start can be aligned to one, then
      * give back the unaligned head and tail. */
@@ -39,11 +42,29 @@ void *latent_huge_alloc(size_t bytes) {
     return p;
 }
 
-void latent_huge_commit(void *p, size_t bytes) {
+/* Tasks of COMMIT_CHUNK bytes: the first touches (the kernel zeroes each
+ * page it backs, most of committing's time) spread over the engine threads. */
+#define COMMIT_CHUNK ((size_t)16 << 20)
+
+typedef struct {
+    char *p;
+    size_t bytes;
+} commit_job;
+
+static void commit_task(void *ctx, int t) {
+    const commit_job *j = ctx;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), i0 = (size_t)t * COMMIT_CHUNK;
+    size_t i1 = j->bytes - i0 < COMMIT_CHUNK ? j->bytes : i0 + COMMIT_CHUNK;
     /* volatile: the compiler may drop stores of zero to memory it knows is zero */
-    volatile char *c = p;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    for (size_t i = 0; i < bytes; i += page) c[i] = 0;
+    volatile char *c = j->p;
+    for (size_t i = i0; i < i1; i += page) c[i] = 0;
+}
+
+void latent_huge_commit(void *p, size_t bytes) {
+    commit_job j = {p, bytes};
+    int tasks = (int)((bytes + COMMIT_CHUNK - 1) / COMMIT_CHUNK);
+    if (tasks > 1) latent_parallel_for(commit_task, &j, tasks); /* big buffers only: small ones never start the pool */
+    else if (bytes) commit_task(&j, 0);
 }
 
 void latent_huge_free(void *p, size_t bytes) {

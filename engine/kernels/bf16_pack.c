@@ -39,6 +39,61 @@ __attribute__((target("avx512f,avx512bw"))) static int pack_pairs_avx512(uint16_
     }
     return i;
 }
+
+/* 16 x 16 32-bit words transposed in registers: lane j of r[i] goes to lane
+ * i of r[j]. Pairs of rows interleaved by words, then by word pairs, then the
+ * 128-bit lanes gathered across four registers. */
+__attribute__((target("avx512f"), always_inline)) static inline void transpose16x16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 16; i += 2) /* rows i, i+1: words 0,1 | 2,3 of each 128-bit lane, interleaved */
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    for (int g = 0; g < 16; g += 4) /* u[g + e], lane L: rows g..g+3 of word 4L + e */
+        for (int h = 0; h < 2; h++) {
+            u[g + 2 * h] = _mm512_unpacklo_epi64(t[g + h], t[g + 2 + h]);
+            u[g + 2 * h + 1] = _mm512_unpackhi_epi64(t[g + h], t[g + 2 + h]);
+        }
+    for (int e = 0; e < 4; e++) { /* word 4L + e: lane L of u[e], u[4 + e], u[8 + e], u[12 + e] */
+        __m512i x0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88), x1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xDD);
+        __m512i y0 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88), y1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xDD);
+        r[e] = _mm512_shuffle_i32x4(x0, y0, 0x88), r[8 + e] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+        r[4 + e] = _mm512_shuffle_i32x4(x1, y1, 0x88), r[12 + e] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+    }
+}
+
+/* 16 k pairs of one feature from k values [c, c + n), n <= 32, as 16 words
+ * (pair q: value 2q low, 2q + 1 high; missing values 0): F32 rounded, BF16
+ * with NaNs quietened. Masked loads: nothing past the row's k is read. */
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline __m512i pairs16(const float *wf, const uint16_t *wb,
+                                                                                       size_t at, int n) {
+    if (wf) {
+        __mmask16 m0 = latent_lane_mask16(n), m1 = latent_lane_mask16(n - 16);
+        __m256i lo = _mm512_cvtepi32_epi16(round16(_mm512_maskz_loadu_ps(m0, wf + at)));
+        __m256i hi = _mm512_cvtepi32_epi16(round16(_mm512_maskz_loadu_ps(m1, wf + at + 16)));
+        return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+    __mmask32 m = n >= 32 ? 0xFFFFFFFFu : (1u << n) - 1;
+    __m512i v = _mm512_maskz_loadu_epi16(m, wb + at);
+    __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(0x7f80));
+    return _mm512_mask_mov_epi16(v, nan, _mm512_or_si512(v, _mm512_set1_epi16(0x40)));
+}
+
+/* One panel from a row-major source (W[r][c] at r rs + c): a panel is the
+ * 32-bit transpose of its 32 features' rows of pairs, 16 x 16 words at a time;
+ * features past cols are zero. Every word of the panel is written. */
+__attribute__((target("avx512f,avx512bw"))) static void panel_rows_avx512(uint16_t *panel, const float *wf, const uint16_t *wb,
+                                                                      size_t rs, int row0, int cols, int k) {
+    int kp = (k + 1) / 2;
+    for (int q0 = 0; q0 < kp; q0 += 16) {
+        int nq = kp - q0 < 16 ? kp - q0 : 16, nv = k - 2 * q0 < 32 ? k - 2 * q0 : 32;
+        for (int h = 0; h < GEMM_PANEL; h += 16) {
+            __m512i r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = h + i < cols ? pairs16(wf, wb, (size_t)(row0 + h + i) * rs + 2 * (size_t)q0, nv) : _mm512_setzero_si512();
+            transpose16x16(r);
+            for (int q = 0; q < nq; q++) _mm512_storeu_si512((void *)(panel + ((size_t)(q0 + q) * GEMM_PANEL + h) * 2), r[q]);
+        }
+    }
+}
 #endif
 
 void latent_bf16_round_span_on(latent_isa isa, uint16_t *dst, const float *src, int n) {
@@ -85,6 +140,12 @@ void latent_bf16_pack_panels_on(latent_isa isa, uint16_t *d, const float *wf, co
     for (int pn = p0; pn < p1; pn++) {
         uint16_t *panel = d + (size_t)pn * kp * GEMM_PANEL * 2;
         int row0 = pn * GEMM_PANEL, cols = n - row0 < GEMM_PANEL ? n - row0 : GEMM_PANEL;
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (cs == 1 && isa >= LATENT_ISA_AVX512) {
+            panel_rows_avx512(panel, wf, wb, rs, row0, cols, k);
+            continue;
+        }
+#endif
         if (wf && rs == 1) {
             /* a k pair is two contiguous source rows: interleaved 16 at a time */
             for (int q = 0; q < kp; q++)

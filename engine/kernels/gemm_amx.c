@@ -192,7 +192,8 @@ int latent_gemm_amx_selfcheck(const latent_amx_ops *ops, latent_isa vec, double 
     uint32_t s = 12345;
     uint16_t *panels;
     for (int i = 0; i < CHECK_N * CHECK_K; i++) w[i] = check_value(&s);
-    if (latent_gemm_bf16_pack(&panels, &np, w, CHECK_N, CHECK_K) != 0) return -1;
+    /* on one thread, at the vector level: the active one is not decided yet */
+    if (latent_gemm_bf16_pack_on(vec, 0, &panels, &np, w, NULL, CHECK_N, CHECK_K) != 0) return -1;
     for (int r = 0; r < CHECK_M; r++)
         for (int i = 0; i < CHECK_K; i++) x[r * CHECK_K + i] = check_value(&s) * (r + 1);
     /* on the baseline level: the active one is not decided yet */

@@ -21,6 +21,7 @@
  * shared packer of bf16_pack.c. */
 #include "kernels/kernels.h"
 #include "hugemem.h"
+#include "latent/threads.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -33,26 +34,42 @@
 #define KB_PAIRS 128      /* k pairs per block: a 12-row bf16 X slice (6 KiB) and a panel slice (16 KiB) in L1 */
 #define MR_BF16 12        /* rows per micro-tile of the vdpbf16ps path */
 #define MR_F32EMU 8       /* ...of the AVX-512F path (four weight registers per pair) */
+#define PACK_SPLIT_BYTES (256 << 10) /* panels this big are packed over the threads */
 
 size_t latent_gemm_bf16_bytes(int n_panels, int k) { return (size_t)n_panels * ((k + 1) / 2) * GEMM_PANEL * 2 * sizeof(uint16_t); }
 
-/* W (n, k) row-major into fresh panels, from F32 (wf, rounded) or from BF16
- * (wb): the shared packer (bf16_pack.c), one feature at a time. */
-static int pack_panels(uint16_t **out, int *n_panels, const float *wf, const uint16_t *wb, int n, int k) {
+/* Packing at load: the panels of [p0, p1) per task, over the engine threads,
+ * so the packing and the first touches of its pages (each a page fault that
+ * the kernel zeroes) are split over the cores. */
+typedef struct {
+    uint16_t *d;
+    const float *wf;
+    const uint16_t *wb;
+    latent_isa isa;
+    int n, k, n_panels, per_task;
+} pack_job;
+
+static void pack_task(void *ctx, int t) {
+    const pack_job *j = ctx;
+    int p0 = t * j->per_task, p1 = p0 + j->per_task < j->n_panels ? p0 + j->per_task : j->n_panels;
+    latent_bf16_pack_panels_on(j->isa, j->d, j->wf, j->wb, (size_t)j->k, 1, j->n, j->k, p0, p1);
+}
+
+int latent_gemm_bf16_pack_on(latent_isa isa, int spread, uint16_t **out, int *n_panels, const float *wf,
+                             const uint16_t *wb, int n, int k) {
     int np = (n + GEMM_PANEL - 1) / GEMM_PANEL;
-    uint16_t *d = latent_huge_alloc(latent_gemm_bf16_bytes(np, k));
+    /* not zeroed: the packer writes every byte, padding included */
+    uint16_t *d = latent_huge_alloc_raw(latent_gemm_bf16_bytes(np, k));
     if (!d) return -1;
-    latent_bf16_pack_panels_on(LATENT_ISA_GENERIC, d, wf, wb, (size_t)k, 1, n, k, 0, np);
+    /* about 8 tasks a thread, of at least one panel; small matrices inline */
+    pack_job j = {d, wf, wb, isa, n, k, np, np};
+    int threads = spread && latent_gemm_bf16_bytes(np, k) >= PACK_SPLIT_BYTES ? latent_get_threads() : 1;
+    if (threads > 1) j.per_task = (np + 8 * threads - 1) / (8 * threads);
+    int tasks = (np + j.per_task - 1) / j.per_task;
+    if (tasks > 1) latent_parallel_for(pack_task, &j, tasks);
+    else if (np > 0) pack_task(&j, 0);
     *out = d, *n_panels = np;
     return 0;
-}
-
-int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, int k) {
-    return pack_panels(out, n_panels, w, NULL, n, k);
-}
-
-int latent_gemm_bf16_pack_bf16(uint16_t **out, int *n_panels, const uint16_t *w, int n, int k) {
-    return pack_panels(out, n_panels, NULL, w, n, k);
 }
 
 void latent_gemm_bf16_free(uint16_t *panels, int n_panels, int k) {

@@ -43,3 +43,11 @@ void latent_bf16_round_rows(uint16_t *dst, const float *x, int m, int k) {
 void latent_bf16_pack_panels(uint16_t *d, const float *w, size_t rs, size_t cs, int n, int k, int p0, int p1) {
     latent_bf16_pack_panels_on(latent_isa_active(), d, w, NULL, rs, cs, n, k, p0, p1);
 }
+
+int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, int k) {
+    return latent_gemm_bf16_pack_on(latent_isa_active(), 1, out, n_panels, w, NULL, n, k);
+}
+
+int latent_gemm_bf16_pack_bf16(uint16_t **out, int *n_panels, const uint16_t *w, int n, int k) {
+    return latent_gemm_bf16_pack_on(latent_isa_active(), 1, out, n_panels, NULL, w, n, k);
+}

@@ -37,7 +37,7 @@
 int latent_gemm_pack(gemm_packed *p, const float *w, int n, int k) {
     memset(p, 0, sizeof *p);
     int np = (n + GEMM_PANEL - 1) / GEMM_PANEL;
-    p->data = latent_huge_alloc(latent_gemm_packed_bytes(np, k));
+    p->data = latent_huge_alloc_raw(latent_gemm_packed_bytes(np, k)); /* every float is written below */
     if (!p->data) return -1;
     for (int pn = 0; pn < np; pn++) {
         float *dst = p->data + (size_t)pn * k * GEMM_PANEL;

@@ -139,9 +139,16 @@ void latent_gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, 
 /* BF16 panels: W (n, k) as [k/2][32][2] bf16 per 32-feature panel (see
  * gemm_bf16.c for the layout and the fixed reduction order). */
 size_t latent_gemm_bf16_bytes(int n_panels, int k);
+/* Fresh panels of W (n, k) row-major, on the active level, over the engine
+ * threads (gemm_bf16_path.c); -1 when out of memory. */
 int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, int k);
 /* The same from W already in BF16 (a checkpoint's values): no rounding. */
 int latent_gemm_bf16_pack_bf16(uint16_t **out, int *n_panels, const uint16_t *w, int n, int k);
+/* The same on level isa, from F32 (wf) or BF16 (wb, when wf is NULL); with
+ * `spread`, a big matrix is split over the engine threads (0: on the caller's
+ * thread alone, as the AMX self-check needs while the level is decided). */
+int latent_gemm_bf16_pack_on(latent_isa isa, int spread, uint16_t **out, int *n_panels, const float *wf,
+                             const uint16_t *wb, int n, int k);
 void latent_gemm_bf16_free(uint16_t *panels, int n_panels, int k);
 float latent_gemm_bf16_weight(const uint16_t *panels, int k, int row, int col);
 
