@@ -99,7 +99,7 @@ static int init_linear(const latent_engine *e, latent_linear *l, const float *w,
     }
     /* Without AVX-512 OpenBLAS outruns the portable panel kernels, but its
      * rounding depends on the row count: only when determinism is off. */
-    if (e->attn.batch_variant && latent_isa_active() < LATENT_ISA_AVX512)
+    if (e->attn.batch_variant && latent_kernels_active()->f32_blas_faster)
         return latent_linear_init_blas(l, w, out_dim, in_dim);
     return latent_linear_init(l, w, out_dim, in_dim);
 }

@@ -395,7 +395,7 @@ static void attn_task(void *ctx, int task) {
         return;
     }
 #ifdef LATENT_HAVE_AVX512_CODE
-    int fast = j->c->head_dim % 16 == 0 && latent_isa_active() >= LATENT_ISA_AVX512;
+    int fast = j->c->head_dim % 16 == 0 && latent_kernels_active()->avx512;
 #else
     int fast = 0;
 #endif

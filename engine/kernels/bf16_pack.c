@@ -1,7 +1,8 @@
 /* F32 to bf16 for the bf16 products: spans, pairs of rows, rows of a
  * product's input and a weight's panels, on a level given by the caller
- * (gemm_bf16_path.c passes the active one; the AMX start-up self-check, which
- * runs while the level is being decided, passes its own). The one panel
+ * (the kernel table holds the active level's, picked once by _pick; the AMX
+ * start-up self-check, which runs while the level is being decided, names
+ * its own). The one panel
  * packer and the one row rounder of the engine and the trainer. Every path
  * rounds as latent_f32_to_bf16 does (nearest even, NaN quietened), so the
  * level changes the speed, never the bits. */
@@ -96,26 +97,117 @@ __attribute__((target("avx512f,avx512bw"))) static void panel_rows_avx512(uint16
 }
 #endif
 
-void latent_bf16_round_span_on(latent_isa isa, uint16_t *dst, const float *src, int n) {
-    int i = 0;
+/* ---- each level's converters, and the pick of a level's ---- */
+
+static void span_generic(uint16_t *dst, const float *src, int n) {
+    for (int i = 0; i < n; i++) dst[i] = latent_f32_to_bf16(src[i]);
+}
+
+static void pairs_generic(uint16_t *dst, const float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++) dst[2 * i] = latent_f32_to_bf16(a[i]), dst[2 * i + 1] = b ? latent_f32_to_bf16(b[i]) : 0;
+}
+
+/* A BF16 value as the panels hold it: as is, NaN quietened (latent_f32_to_bf16's rule). */
+static inline uint16_t quiet_bf16(uint16_t h) { return (h & 0x7fff) > 0x7f80 ? h | 0x40 : h; }
+
+/* One panel, any source layout; features past cols zero. */
+static void panel_scalar(latent_bf16_pairs_fn pairs, uint16_t *panel, const float *wf, const uint16_t *wb, size_t rs,
+                         size_t cs, int row0, int cols, int k) {
+    int kp = (k + 1) / 2;
+    if (wf && rs == 1) {
+        /* a k pair is two contiguous source rows: interleaved 16 at a time */
+        for (int q = 0; q < kp; q++)
+            pairs(panel + (size_t)q * GEMM_PANEL * 2, wf + (size_t)row0 + (size_t)(2 * q) * cs,
+                  2 * q + 1 < k ? wf + (size_t)row0 + (size_t)(2 * q + 1) * cs : NULL, cols);
+    } else {
+        /* one feature at a time, reading its k run in order (contiguous for
+         * a row-major weight, cs == 1) */
+        for (int j = 0; j < cols; j++) {
+            size_t f = (size_t)(row0 + j) * rs;
+            for (int c = 0; c < 2 * kp; c++) {
+                uint16_t v = 0;
+                if (c < k) v = wf ? latent_f32_to_bf16(wf[f + (size_t)c * cs]) : quiet_bf16(wb[f + (size_t)c * cs]);
+                panel[((size_t)(c / 2) * GEMM_PANEL + j) * 2 + c % 2] = v;
+            }
+        }
+    }
+    if (cols < GEMM_PANEL) /* features past n: zero */
+        for (int q = 0; q < kp; q++)
+            memset(panel + ((size_t)q * GEMM_PANEL + cols) * 2, 0, (size_t)(GEMM_PANEL - cols) * 2 * sizeof *panel);
+}
+
+#define PANELS_ARGS uint16_t *d, const float *wf, const uint16_t *wb, size_t rs, size_t cs, int n, int k, int p0, int p1
+#define PANEL_AT(pn) (d + (size_t)(pn) * ((k + 1) / 2) * GEMM_PANEL * 2)
+#define PANEL_COLS(pn) (n - (pn) * GEMM_PANEL < GEMM_PANEL ? n - (pn) * GEMM_PANEL : GEMM_PANEL)
+
+static void panels_generic(PANELS_ARGS) {
+    for (int pn = p0; pn < p1; pn++) panel_scalar(pairs_generic, PANEL_AT(pn), wf, wb, rs, cs, pn * GEMM_PANEL, PANEL_COLS(pn), k);
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (isa >= LATENT_ISA_AVX512) i = round_row_avx512(dst, src, n);
+static void span_avx512(uint16_t *dst, const float *src, int n) {
+    int i = round_row_avx512(dst, src, n);
+    span_generic(dst + i, src + i, n - i);
+}
+
+static void pairs_avx512(uint16_t *dst, const float *a, const float *b, int n) {
+    int i = pack_pairs_avx512(dst, a, b, n);
+    pairs_generic(dst + 2 * i, a + i, b ? b + i : NULL, n - i);
+}
+
+/* row-major sources by the 32-bit transpose, others as the scalar packer */
+static void panels_avx512(PANELS_ARGS) {
+    for (int pn = p0; pn < p1; pn++) {
+        if (cs == 1) panel_rows_avx512(PANEL_AT(pn), wf, wb, rs, pn * GEMM_PANEL, PANEL_COLS(pn), k);
+        else panel_scalar(pairs_avx512, PANEL_AT(pn), wf, wb, rs, cs, pn * GEMM_PANEL, PANEL_COLS(pn), k);
+    }
+}
 #endif
-    for (; i < n; i++) dst[i] = latent_f32_to_bf16(src[i]);
+#undef PANELS_ARGS
+#undef PANEL_AT
+#undef PANEL_COLS
+
+latent_bf16_span_fn latent_bf16_span_pick(latent_isa isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (isa >= LATENT_ISA_AVX512) return span_avx512;
+#endif
+    return span_generic;
+}
+
+latent_bf16_pairs_fn latent_bf16_pairs_pick(latent_isa isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (isa >= LATENT_ISA_AVX512) return pairs_avx512;
+#endif
+    return pairs_generic;
+}
+
+latent_bf16_panels_fn latent_bf16_panels_pick(latent_isa isa) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (isa >= LATENT_ISA_AVX512) return panels_avx512;
+#endif
+    return panels_generic;
+}
+
+/* ---- on a level named by the caller ---- */
+
+void latent_bf16_round_span_on(latent_isa isa, uint16_t *dst, const float *src, int n) {
+    latent_bf16_span_pick(isa)(dst, src, n);
 }
 
 void latent_bf16_pack_pairs_on(latent_isa isa, uint16_t *dst, const float *a, const float *b, int n) {
-    int i = 0;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (isa >= LATENT_ISA_AVX512) i = pack_pairs_avx512(dst, a, b, n);
-#endif
-    for (; i < n; i++) dst[2 * i] = latent_f32_to_bf16(a[i]), dst[2 * i + 1] = b ? latent_f32_to_bf16(b[i]) : 0;
+    latent_bf16_pairs_pick(isa)(dst, a, b, n);
+}
+
+void latent_bf16_pack_panels_on(latent_isa isa, uint16_t *d, const float *wf, const uint16_t *wb, size_t rs, size_t cs,
+                                int n, int k, int p0, int p1) {
+    latent_bf16_panels_pick(isa)(d, wf, wb, rs, cs, n, k, p0, p1);
 }
 
 void latent_bf16_round_rows_on(latent_isa isa, uint16_t *dst, const float *a, size_t rs, size_t cs, int m, int k) {
     int kp2 = (k + 1) / 2 * 2;
     if (cs == 1) {
-        for (int i = 0; i < m; i++) latent_bf16_round_span_on(isa, dst + (size_t)i * kp2, a + (size_t)i * rs, k);
+        latent_bf16_span_fn span = latent_bf16_span_pick(isa);
+        for (int i = 0; i < m; i++) span(dst + (size_t)i * kp2, a + (size_t)i * rs, k);
     } else {
         /* a transposed operand: tiles of 32 of its rows stay in cache while
          * every output row takes its 32 values from them */
@@ -129,42 +221,4 @@ void latent_bf16_round_rows_on(latent_isa isa, uint16_t *dst, const float *a, si
     }
     if (kp2 > k)
         for (int i = 0; i < m; i++) dst[(size_t)i * kp2 + k] = 0;
-}
-
-/* A BF16 value as the panels hold it: as is, NaN quietened (latent_f32_to_bf16's rule). */
-static inline uint16_t quiet_bf16(uint16_t h) { return (h & 0x7fff) > 0x7f80 ? h | 0x40 : h; }
-
-void latent_bf16_pack_panels_on(latent_isa isa, uint16_t *d, const float *wf, const uint16_t *wb, size_t rs, size_t cs,
-                                int n, int k, int p0, int p1) {
-    int kp = (k + 1) / 2;
-    for (int pn = p0; pn < p1; pn++) {
-        uint16_t *panel = d + (size_t)pn * kp * GEMM_PANEL * 2;
-        int row0 = pn * GEMM_PANEL, cols = n - row0 < GEMM_PANEL ? n - row0 : GEMM_PANEL;
-#if defined(__x86_64__) && defined(__GNUC__)
-        if (cs == 1 && isa >= LATENT_ISA_AVX512) {
-            panel_rows_avx512(panel, wf, wb, rs, row0, cols, k);
-            continue;
-        }
-#endif
-        if (wf && rs == 1) {
-            /* a k pair is two contiguous source rows: interleaved 16 at a time */
-            for (int q = 0; q < kp; q++)
-                latent_bf16_pack_pairs_on(isa, panel + (size_t)q * GEMM_PANEL * 2, wf + (size_t)row0 + (size_t)(2 * q) * cs,
-                                          2 * q + 1 < k ? wf + (size_t)row0 + (size_t)(2 * q + 1) * cs : NULL, cols);
-        } else {
-            /* one feature at a time, reading its k run in order (contiguous for
-             * a row-major weight, cs == 1) */
-            for (int j = 0; j < cols; j++) {
-                size_t f = (size_t)(row0 + j) * rs;
-                for (int c = 0; c < 2 * kp; c++) {
-                    uint16_t v = 0;
-                    if (c < k) v = wf ? latent_f32_to_bf16(wf[f + (size_t)c * cs]) : quiet_bf16(wb[f + (size_t)c * cs]);
-                    panel[((size_t)(c / 2) * GEMM_PANEL + j) * 2 + c % 2] = v;
-                }
-            }
-        }
-        if (cols < GEMM_PANEL) /* features past n: zero */
-            for (int q = 0; q < kp; q++)
-                memset(panel + ((size_t)q * GEMM_PANEL + cols) * 2, 0, (size_t)(GEMM_PANEL - cols) * 2 * sizeof *panel);
-    }
 }

@@ -16,9 +16,10 @@
  * depends on the number of rows, a row's place among them, or which thread
  * runs which panels (threads split panels, never K).
  *
- * The vector kernels here run on the level their caller names (the entry
- * points, gemm_bf16_path.c, name the active one); packing goes through the
- * shared packer of bf16_pack.c. */
+ * The vector kernels here serve the level their caller names
+ * (latent_gemm_bf16_vec_pick; the kernel table holds the active level's, the
+ * entry points are in gemm_path.c); packing goes through the shared packer
+ * of bf16_pack.c. */
 #include "kernels/kernels.h"
 #include "hugemem.h"
 #include "latent/threads.h"
@@ -120,12 +121,10 @@ __attribute__((target("avx2,fma"))) static void avx2_block(float acc[GEMM_PANEL]
 #endif
 
 /* X in rows ([m][k/2][2]) or pair-major ([k/2][m][2]). */
-static void run_generic(latent_isa isa, int pair_major, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
+typedef void (*bf16_block)(float *, const uint16_t *, int, const uint16_t *, int, int);
+
+static void run_generic(bf16_block block, int pair_major, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
                         const uint16_t *panels, int p0, int p1, int accumulate) {
-    void (*block)(float *, const uint16_t *, int, const uint16_t *, int, int) = generic_block;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (isa >= LATENT_ISA_AVX2) block = avx2_block;
-#endif
     int kp = (k + 1) / 2, ldq = pair_major ? 2 * m : 2;
     size_t row_step = pair_major ? 2 : (size_t)kp * 2;
     for (int pn = p0; pn < p1; pn++) {
@@ -256,28 +255,35 @@ static void run_tiles(const bf16_micro *micros, int mr_max, int pair_major, floa
 }
 #endif
 
+/* Each level's kernels: X in rows, and pair-major. */
+#define BF16_ARGS float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0, int p1, int acc
+static void rows_generic(BF16_ARGS) { run_generic(generic_block, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc); }
+static void pm_generic(BF16_ARGS) { run_generic(generic_block, 1, out, ldo, xb, m, n, k, panels, p0, p1, acc); }
+#if defined(__x86_64__) && defined(__GNUC__)
+static void rows_avx2(BF16_ARGS) { run_generic(avx2_block, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc); }
+static void pm_avx2(BF16_ARGS) { run_generic(avx2_block, 1, out, ldo, xb, m, n, k, panels, p0, p1, acc); }
+static void rows_avx512(BF16_ARGS) { run_tiles(emu_micros, MR_F32EMU, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc); }
+static void rows_bf16(BF16_ARGS) { run_tiles(dp_micros, MR_BF16, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc); }
+static void pm_bf16(BF16_ARGS) { run_tiles(dpq_micros, MR_BF16, 1, out, ldo, xb, m, n, k, panels, p0, p1, acc); }
+#endif
+#undef BF16_ARGS
+
+latent_gemm_bf16_fn latent_gemm_bf16_vec_pick(latent_isa isa, int pair_major) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (isa >= LATENT_ISA_AVX512BF16) return pair_major ? pm_bf16 : rows_bf16;
+    /* pair-major X on AVX-512F: the AVX2 code (the trainer packs it only for vdpbf16ps) */
+    if (isa >= LATENT_ISA_AVX512 && !pair_major) return rows_avx512;
+    if (isa >= LATENT_ISA_AVX2) return pair_major ? pm_avx2 : rows_avx2;
+#endif
+    return pair_major ? pm_generic : rows_generic;
+}
+
 void latent_gemm_bf16_vec_run(latent_isa isa, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
                               const uint16_t *panels, int p0, int p1, int acc) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (isa >= LATENT_ISA_AVX512BF16) {
-        run_tiles(dp_micros, MR_BF16, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
-        return;
-    }
-    if (isa >= LATENT_ISA_AVX512) {
-        run_tiles(emu_micros, MR_F32EMU, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
-        return;
-    }
-#endif
-    run_generic(isa, 0, out, ldo, xb, m, n, k, panels, p0, p1, acc);
+    latent_gemm_bf16_vec_pick(isa, 0)(out, ldo, xb, m, n, k, panels, p0, p1, acc);
 }
 
 void latent_gemm_bf16_vec_run_pm(latent_isa isa, float *out, int ldo, const uint16_t *xq, int m, int n, int k,
                                  const uint16_t *panels, int p0, int p1, int acc) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (isa >= LATENT_ISA_AVX512BF16) {
-        run_tiles(dpq_micros, MR_BF16, 1, out, ldo, xq, m, n, k, panels, p0, p1, acc);
-        return;
-    }
-#endif
-    run_generic(isa, 1, out, ldo, xq, m, n, k, panels, p0, p1, acc);
+    latent_gemm_bf16_vec_pick(isa, 1)(out, ldo, xq, m, n, k, panels, p0, p1, acc);
 }

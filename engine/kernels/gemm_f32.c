@@ -94,11 +94,9 @@ __attribute__((target("avx2,fma"))) static void avx2_block(float acc[GEMM_PANEL]
 }
 #endif
 
-static void run_rows(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1) {
-    void (*block)(float *, const float *, const float *, int, int) = generic_block;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (latent_isa_active() >= LATENT_ISA_AVX2) block = avx2_block;
-#endif
+typedef void (*f32_block)(float *, const float *, const float *, int, int);
+
+static void run_rows(f32_block block, float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1) {
     int k = p->k;
     for (int pn = p0; pn < p1; pn++) {
         const float *panel = p->data + (size_t)pn * k * GEMM_PANEL;
@@ -113,6 +111,16 @@ static void run_rows(float *out, int ldo, const float *x, const gemm_packed *p, 
         }
     }
 }
+
+static void run_generic(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1) {
+    run_rows(generic_block, out, ldo, x, p, m, p0, p1);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+static void run_avx2(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1) {
+    run_rows(avx2_block, out, ldo, x, p, m, p0, p1);
+}
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -232,12 +240,10 @@ static void run_avx512(float *out, int ldo, const float *x, const gemm_packed *p
 }
 #endif
 
-void latent_gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1) {
+latent_gemm_f32_fn latent_gemm_f32_pick(latent_isa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (latent_isa_active() >= LATENT_ISA_AVX512) {
-        run_avx512(out, ldo, x, p, m, p0, p1);
-        return;
-    }
+    if (isa >= LATENT_ISA_AVX512) return run_avx512;
+    if (isa >= LATENT_ISA_AVX2) return run_avx2;
 #endif
-    run_rows(out, ldo, x, p, m, p0, p1);
+    return run_generic;
 }

@@ -16,7 +16,6 @@
  * Its four byte products per lane fit 16 bits (255 * 127), so nothing
  * saturates (vpdpbusd, not vpdpbusds). */
 #include "kernels/q8.h"
-#include "kernels/amx_tile.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -127,31 +126,15 @@ static void run_vnni(float *out, int ldo, const q8_rows *x, int n, const uint8_t
     }
 }
 
-static int vnni_usable(void) {
-    return latent_isa_active() >= LATENT_ISA_AVX512 && __builtin_cpu_supports("avx512vnni");
-}
 #endif
 
-const char *latent_q8_path(void) {
-    const latent_amx_ops *t = latent_isa_tile_ops();
-    if (t) return t->name;
+latent_gemm_q8_fn latent_gemm_q8_pick(latent_isa isa, const char **name) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (vnni_usable()) return "avx512vnni";
-#endif
-    return "generic";
-}
-
-void latent_gemm_q8_run(float *out, int ldo, const q8_rows *x, int n, const uint8_t *panels, int p0, int p1) {
-    const latent_amx_ops *t = latent_isa_tile_ops();
-    if (t && (t != &latent_amx_hw || x->m >= Q8_AMX_MIN_ROWS)) {
-        latent_gemm_q8_amx(t, out, ldo, x, n, panels, p0, p1);
-        return;
-    }
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (vnni_usable()) {
-        run_vnni(out, ldo, x, n, panels, p0, p1);
-        return;
+    if (isa >= LATENT_ISA_AVX512 && __builtin_cpu_supports("avx512vnni")) {
+        *name = "avx512vnni";
+        return run_vnni;
     }
 #endif
-    run_generic(out, ldo, x, n, panels, p0, p1);
+    *name = "generic";
+    return run_generic;
 }

@@ -71,11 +71,13 @@ int latent_isa_parse(const char *s, latent_isa *out) {
 }
 
 /* Set once (pthread_once: the first callers may be several engine threads
- * at once); `active` and `model` change later only through latent_isa_set
- * and latent_isa_set_path. */
+ * at once); `active` and the kernel table change later only through
+ * latent_isa_set and latent_isa_set_path. */
 static latent_isa detected;
 static _Atomic int active;
-static _Atomic int model;       /* the amx-model path */
+/* The kernel table of the path: the one not in use is filled, then published */
+static latent_kernels tables[2];
+static _Atomic(const latent_kernels *) kernels;
 static int amx_checked, amx_check_failed; /* the tile kernel's self-check, run before its first use */
 static pthread_once_t isa_init_once = PTHREAD_ONCE_INIT;
 
@@ -96,8 +98,12 @@ static void apply(latent_isa isa, int use_model) {
     if (isa >= LATENT_ISA_AMX && detected == LATENT_ISA_AMX && !amx_checked)
         amx_checked = 1, amx_check_failed = amx_self_check_fails();
     latent_isa top = detected == LATENT_ISA_AMX && amx_check_failed ? LATENT_ISA_AVX512BF16 : detected;
-    atomic_store(&model, use_model);
-    atomic_store(&active, isa < top ? isa : top);
+    isa = isa < top ? isa : top;
+    const latent_amx_ops *tiles = use_model ? &latent_amx_model : isa == LATENT_ISA_AMX ? &latent_amx_hw : NULL;
+    latent_kernels *k = atomic_load(&kernels) == &tables[0] ? &tables[1] : &tables[0];
+    latent_kernels_choose(k, isa, tiles, use_model ? "amx-model" : latent_isa_name(isa));
+    atomic_store(&active, isa);
+    atomic_store(&kernels, k);
 }
 
 static void isa_init(void) {
@@ -139,16 +145,14 @@ int latent_isa_set_path(const char *name) {
     return 0;
 }
 
-const char *latent_isa_path(void) {
+const latent_kernels *latent_kernels_active(void) {
     isa_once();
-    return atomic_load(&model) ? "amx-model" : latent_isa_name(latent_isa_active());
+    return atomic_load_explicit(&kernels, memory_order_acquire);
 }
 
-const struct latent_amx_ops *latent_isa_tile_ops(void) {
-    isa_once();
-    if (atomic_load_explicit(&model, memory_order_relaxed)) return &latent_amx_model;
-    return latent_isa_active() == LATENT_ISA_AMX ? &latent_amx_hw : NULL;
-}
+const char *latent_isa_path(void) { return latent_kernels_active()->path; }
+
+const struct latent_amx_ops *latent_isa_tile_ops(void) { return latent_kernels_active()->tiles; }
 
 int latent_isa_amx_check_failed(void) {
     isa_once();

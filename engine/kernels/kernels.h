@@ -133,14 +133,18 @@ int latent_gemm_pack(gemm_packed *p, const float *w, int n, int k);
 void latent_gemm_packed_free(gemm_packed *p);
 /* out[:, p0*32 .. min(p1*32, n)) = X (m, k) W^T for panels [p0, p1);
  * out has row stride ldo, X row stride k. Batch invariant, the same bits on
- * every path (gemm_f32.c); the path follows latent_isa_active(). */
+ * every path (gemm_f32.c); the kernel table's (gemm_path.c). */
 void latent_gemm_run(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1);
+/* latent_gemm_run's product on one level (gemm_f32.c); _pick gives the
+ * level's function (the kernel table is filled with it). */
+typedef void (*latent_gemm_f32_fn)(float *out, int ldo, const float *x, const gemm_packed *p, int m, int p0, int p1);
+latent_gemm_f32_fn latent_gemm_f32_pick(latent_isa isa);
 
 /* BF16 panels: W (n, k) as [k/2][32][2] bf16 per 32-feature panel (see
  * gemm_bf16.c for the layout and the fixed reduction order). */
 size_t latent_gemm_bf16_bytes(int n_panels, int k);
 /* Fresh panels of W (n, k) row-major, on the active level, over the engine
- * threads (gemm_bf16_path.c); -1 when out of memory. */
+ * threads (gemm_path.c); -1 when out of memory. */
 int latent_gemm_bf16_pack(uint16_t **out, int *n_panels, const float *w, int n, int k);
 /* The same from W already in BF16 (a checkpoint's values): no rounding. */
 int latent_gemm_bf16_pack_bf16(uint16_t **out, int *n_panels, const uint16_t *w, int n, int k);
@@ -152,9 +156,9 @@ int latent_gemm_bf16_pack_on(latent_isa isa, int spread, uint16_t **out, int *n_
 void latent_gemm_bf16_free(uint16_t *panels, int n_panels, int k);
 float latent_gemm_bf16_weight(const uint16_t *panels, int k, int row, int col);
 
-/* The bf16 products on the active path (gemm_bf16_path.c: the tiles of
- * gemm_amx.c where latent_isa_tile_ops() gives them, else the vector kernels
- * of gemm_bf16.c on latent_isa_active()).
+/* The bf16 products on the active path (gemm_path.c, from the kernel table:
+ * the tiles of gemm_amx.c where the path has them, else the vector kernels of
+ * gemm_bf16.c of the active level).
  * out[:, p0*32 .. min(p1*32, n)) = Xb (m, k) W^T for panels [p0, p1), Xb from
  * latent_bf16_round_rows. */
 void latent_gemm_bf16_run(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
@@ -179,7 +183,11 @@ int latent_gemm_bf16_pair_major(void);
 void latent_gemm_bf16_run_on(latent_isa isa, const struct latent_amx_ops *tiles, float *out, int ldo, const uint16_t *xb,
                              int m, int n, int k, const uint16_t *panels, int p0, int p1, int acc);
 
-/* The vector kernels (gemm_bf16.c) on level isa: rows, and pair-major X. */
+/* The vector kernels (gemm_bf16.c) of level isa: X in rows (pair_major 0)
+ * or pair-major (1); acc: add to out. _run and _run_pm pick and call. */
+typedef void (*latent_gemm_bf16_fn)(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels,
+                                    int p0, int p1, int acc);
+latent_gemm_bf16_fn latent_gemm_bf16_vec_pick(latent_isa isa, int pair_major);
 void latent_gemm_bf16_vec_run(latent_isa isa, float *out, int ldo, const uint16_t *xb, int m, int n, int k,
                               const uint16_t *panels, int p0, int p1, int acc);
 void latent_gemm_bf16_vec_run_pm(latent_isa isa, float *out, int ldo, const uint16_t *xq, int m, int n, int k,
@@ -199,8 +207,16 @@ int latent_gemm_amx_selfcheck(const struct latent_amx_ops *ops, latent_isa vec, 
 /* ---- F32 to bf16 (bf16_pack.c): the one rounder and packer of the engine
  * and the trainer, nearest even as latent_f32_to_bf16. The _on forms run on
  * level isa (the self-check's, while the level is being decided); the others
- * on latent_isa_active() (gemm_bf16_path.c). ---- */
+ * from the kernel table (gemm_path.c). ---- */
 
+/* Each level's converters (bf16_pack.c); the _on forms pick and call. */
+typedef void (*latent_bf16_span_fn)(uint16_t *dst, const float *src, int n);
+typedef void (*latent_bf16_pairs_fn)(uint16_t *dst, const float *a, const float *b, int n);
+typedef void (*latent_bf16_panels_fn)(uint16_t *d, const float *wf, const uint16_t *wb, size_t rs, size_t cs, int n,
+                                      int k, int p0, int p1);
+latent_bf16_span_fn latent_bf16_span_pick(latent_isa isa);
+latent_bf16_pairs_fn latent_bf16_pairs_pick(latent_isa isa);
+latent_bf16_panels_fn latent_bf16_panels_pick(latent_isa isa);
 /* src (n) -> bf16; and two rows a, b (n) as pairs: dst[2j] = a[j], dst[2j+1]
  * = b[j] (b NULL: 0). */
 void latent_bf16_round_span(uint16_t *dst, const float *src, int n);
@@ -220,6 +236,47 @@ void latent_bf16_pack_panels(uint16_t *d, const float *w, size_t rs, size_t cs, 
  * NaN quietened): the same panels for the same values. */
 void latent_bf16_pack_panels_on(latent_isa isa, uint16_t *d, const float *wf, const uint16_t *wb, size_t rs, size_t cs,
                                 int n, int k, int p0, int p1);
+
+/* ---- the kernel table: each kernel chosen once ----
+ * isa.c fills it at start-up (the detected level capped by LATENT_ISA, after
+ * the AMX self-check) and again whenever latent_isa_set or
+ * latent_isa_set_path changes the path (tests); kernel_table.c says which
+ * kernel serves which path, each kernel file which of its functions serves a
+ * level (its _pick). Callers read the table instead of testing the level. */
+struct q8_rows;
+typedef void (*latent_gemm_q8_fn)(float *out, int ldo, const struct q8_rows *x, int n, const uint8_t *panels, int p0,
+                                  int p1);
+/* The q8 vector product of level isa (gemm_q8.c: VNNI where the CPU has it
+ * and isa allows AVX-512, else generic C); *name: "avx512vnni" or "generic". */
+latent_gemm_q8_fn latent_gemm_q8_pick(latent_isa isa, const char **name);
+
+typedef struct latent_kernels {
+    latent_isa isa;                      /* the vector level; level-taking kernels (_on) run on it */
+    const char *path;                    /* latent_isa_path(): a level's name or "amx-model" */
+    const struct latent_amx_ops *tiles;  /* bf16 (and q8) products on tiles: latent_amx_hw, _model, or NULL */
+    latent_gemm_f32_fn gemm_f32;         /* F32 panels (gemm_f32.c) */
+    latent_gemm_bf16_fn gemm_bf16;       /* bf16 panels, X in rows: the tile kernel or the vector one */
+    latent_gemm_bf16_fn gemm_bf16_pm;    /* bf16 panels, X pair-major (vector kernels) */
+    int bf16_pair_major;                 /* the trainer packs transposed operands pair-major (vdpbf16ps; tiles read rows) */
+    latent_bf16_span_fn bf16_round_span; /* conversions to bf16 (bf16_pack.c) */
+    latent_bf16_pairs_fn bf16_pack_pairs;
+    latent_bf16_panels_fn bf16_pack_panels;
+    latent_gemm_q8_fn gemm_q8;           /* q8 products on vectors (gemm_q8.c) */
+    int q8_tile_rows;                    /* q8 products of this many rows or more on tiles (0: none) */
+    const char *q8_path;                 /* latent_q8_path() */
+    int avx512;                          /* the AVX-512 forms of SwiGLU, attention's chunks, the q8 row quantizer
+                                          * and the trainer's elementwise ops (the same bits as their C forms) */
+    int f32_blas_faster;                 /* OpenBLAS outruns the F32 panels (no AVX-512): taken where bits may
+                                          * depend on the batch (--deterministic false) */
+} latent_kernels;
+
+/* Fills k for vector level isa and tile operations tiles (NULL: none), path
+ * named `path` (kernel_table.c). */
+void latent_kernels_choose(latent_kernels *k, latent_isa isa, const struct latent_amx_ops *tiles, const char *path);
+/* The table of the active path (isa.c). Two tables alternate: a change of
+ * path (latent_isa_set, latent_isa_set_path) fills the other and publishes
+ * it, so a table read before a change stays intact until the change after. */
+const latent_kernels *latent_kernels_active(void);
 
 /* ---- attention ---- */
 

@@ -272,7 +272,7 @@ AVX512_FN static size_t swiglu_avx512(float *out, const float *g, const float *u
 void latent_swiglu_forward(float *out, const float *g, const float *u, size_t n) {
     size_t i = 0;
 #ifdef LATENT_HAVE_AVX512_CODE
-    if (latent_isa_active() >= LATENT_ISA_AVX512) i = swiglu_avx512(out, g, u, n);
+    if (latent_kernels_active()->avx512) i = swiglu_avx512(out, g, u, n);
 #endif
     for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }

@@ -66,12 +66,13 @@ void latent_q8_rows_quantize(q8_rows *r, void *buf, const float *x, int m, int k
  * ldo. Per output element: for each block b in k order, acc = fma((float)
  * isum_b, w_scale * x_scale, acc) from acc = 0, isum_b the block's exact
  * integer dot product; so every path, row count and thread split gives the
- * same bits. The path: AMX tiles (below), else AVX512-VNNI when the CPU
- * has it and latent_isa_active() allows AVX-512, else generic C. */
+ * same bits. The path, from the kernel table (kernels.h): AMX tiles (below),
+ * else AVX512-VNNI when the CPU has it and the level allows AVX-512, else
+ * generic C (gemm_path.c). */
 void latent_gemm_q8_run(float *out, int ldo, const q8_rows *x, int n, const uint8_t *panels, int p0, int p1);
 /* The path latent_gemm_q8_run takes now for products of at least
  * Q8_AMX_MIN_ROWS rows: "amx" or "amx-model" (tiles, where
- * latent_isa_tile_ops() gives them), "avx512vnni" or "generic". */
+ * latent_isa_tile_ops() gives them), "avx512vnni" or "generic" (gemm_path.c). */
 const char *latent_q8_path(void);
 
 /* The product on AMX tiles through ops (gemm_q8_amx.c), the same bits. On

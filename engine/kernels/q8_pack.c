@@ -148,7 +148,7 @@ static void quantize_rows(void *ctx, int task) {
 
 void latent_q8_rows_quantize(q8_rows *r, void *buf, const float *x, int m, int k) {
     r->data = buf, r->ld = row_bytes(k), r->m = m, r->k = k, r->nb = latent_q8_blocks(k);
-    quantize_job j = {r, x, m, latent_isa_active() >= LATENT_ISA_AVX512};
+    quantize_job j = {r, x, m, latent_kernels_active()->avx512};
     /* a prefill's rows over the threads; a few rows are not worth a section */
     int threads = latent_get_threads();
     if (threads > 1 && (size_t)m * k >= 32768) {

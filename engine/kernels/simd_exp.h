@@ -17,8 +17,8 @@
 #define LATENT_HAVE_AVX512_CODE 1
 #include <immintrin.h>
 
-/* Functions built for AVX-512 inside a baseline build; callers check
- * latent_isa_active() >= LATENT_ISA_AVX512 before calling them. */
+/* Functions built for AVX-512 inside a baseline build; callers check the
+ * kernel table (latent_kernels_active()->avx512) before calling them. */
 #define AVX512_FN __attribute__((target("avx512f,avx512bw")))
 
 AVX512_FN static inline __m512 exp512_ps(__m512 x) {
@@ -62,7 +62,7 @@ AVX512_FN static inline float exp_shift_sum_avx512(float *x, int n, float m) {
  * m is the row's maximum, so every exponent is <= 0. */
 static inline float exp_shift_sum(float *x, int n, float m) {
 #ifdef LATENT_HAVE_AVX512_CODE
-    if (latent_isa_active() >= LATENT_ISA_AVX512) return exp_shift_sum_avx512(x, n, m);
+    if (latent_kernels_active()->avx512) return exp_shift_sum_avx512(x, n, m);
 #endif
     double sum = 0;
     for (int i = 0; i < n; i++) sum += x[i] = expf(x[i] - m);

@@ -190,7 +190,7 @@ static void gemm_b_into(uint16_t *xb, int ta, int M, int N, int K, const float *
         latent_gemm_bf16_run_pm(C, ldc, xb, M, N, K, panels, 0, np, accumulate);
         return;
     }
-    latent_bf16_round_rows_on(latent_isa_active(), xb, A, ta ? 1 : (size_t)lda, ta ? (size_t)lda : 1, M, K);
+    latent_bf16_round_rows_on(latent_kernels_active()->isa, xb, A, ta ? 1 : (size_t)lda, ta ? (size_t)lda : 1, M, K);
     if (accumulate) latent_gemm_bf16_run_acc(C, ldc, xb, M, N, K, panels, 0, np);
     else latent_gemm_bf16_run(C, ldc, xb, M, N, K, panels, 0, np);
 }

@@ -527,7 +527,7 @@ static void swiglu_bwd_rows(void *ctx, int r0, int r1) {
     const ew_job *j = ctx;
     int i = r0;
 #ifdef LATENT_HAVE_AVX512_CODE
-    if (latent_isa_active() >= LATENT_ISA_AVX512)
+    if (latent_kernels_active()->avx512)
         i += swiglu_bwd_avx512(j->dg + r0, j->du + r0, j->dout + r0, j->g + r0, j->u + r0, r1 - r0);
 #endif
 #pragma omp simd
@@ -597,7 +597,7 @@ AVX512_FN static float row_max_avx512(const float *x, int n) {
 static float exp_row(float *x, int n, float *max_out) {
     float mx;
 #ifdef LATENT_HAVE_AVX512_CODE
-    if (latent_isa_active() >= LATENT_ISA_AVX512) {
+    if (latent_kernels_active()->avx512) {
         mx = row_max_avx512(x, n);
         *max_out = mx;
         return exp_shift_sum_avx512(x, n, mx);

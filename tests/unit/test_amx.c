@@ -250,9 +250,23 @@ static void test_threads(void) {
     }
     latent_set_threads(1);
     latent_linear_free(&l);
+    const latent_kernels *km = latent_kernels_active();
+    CHECK(km->tiles == &latent_amx_model && !strcmp(km->path, "amx-model") && !km->bf16_pair_major &&
+              km->q8_tile_rows == 1 && !strcmp(km->q8_path, "amx-model"),
+          "the amx-model path's kernel table: tiles through the model, rows for the trainer, q8 on tiles");
     CHECK(latent_isa_set_path("no-such-path") == -1, "an unknown path name is refused");
+    CHECK(latent_kernels_active() == km, "a refused path name leaves the kernel table");
     latent_isa_set(latent_isa_detected());
     CHECK(!strcmp(latent_isa_path(), latent_isa_name(latent_isa_active())), "a level's path is its name");
+    for (int i = LATENT_ISA_GENERIC; i <= (int)latent_isa_detected() && i <= LATENT_ISA_AVX512BF16; i++) {
+        latent_isa_set((latent_isa)i);
+        const latent_kernels *kv = latent_kernels_active();
+        CHECK(kv->isa == (latent_isa)i && !kv->tiles && !strcmp(kv->path, latent_isa_name((latent_isa)i)) &&
+                  kv->bf16_pair_major == (i >= LATENT_ISA_AVX512BF16) && kv->avx512 == (i >= LATENT_ISA_AVX512) &&
+                  kv->gemm_f32 == latent_gemm_f32_pick((latent_isa)i) && kv->q8_tile_rows == 0,
+              "%s: the kernel table holds the level's kernels", latent_isa_name((latent_isa)i));
+    }
+    latent_isa_set(latent_isa_detected());
     free(w), free(direct), free(y);
     problem_free(&p);
 }
