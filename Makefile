@@ -182,10 +182,10 @@ FUZZ_SRC_request     := tests/fuzz/fuzz_request.c server/openai_request.c server
                         server/buf.c server/textstream.c engine/sampler.c engine/rng.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
 FUZZ_SRC_tokenizer   := tests/fuzz/fuzz_tokenizer.c engine/tokenizer.c engine/unicode_tables.c engine/error.c
 FUZZ_SRC_safetensors := tests/fuzz/fuzz_safetensors.c engine/safetensors.c engine/model_load.c engine/weights.c \
-                        engine/config.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
+                        engine/config.c engine/file_atomic.c engine/error.c engine/tokenizer.c engine/unicode_tables.c
 FUZZ_SRC_json_schema := tests/fuzz/fuzz_json_schema.c engine/json_schema.c engine/json_grammar.c engine/json_pda.c engine/token_mask.c \
                         engine/tokenizer.c engine/unicode_tables.c engine/error.c
-FUZZ_SRC_config      := tests/fuzz/fuzz_config.c engine/config.c engine/weights.c engine/safetensors.c engine/error.c
+FUZZ_SRC_config      := tests/fuzz/fuzz_config.c engine/config.c engine/file_atomic.c engine/weights.c engine/safetensors.c engine/error.c
 define FUZZ_LINK
 @mkdir -p $(dir $@)
 clang -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude -Iengine -Iserver \
