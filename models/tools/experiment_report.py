@@ -318,6 +318,8 @@ def s5_projection(cv, after_first_stage=True):
 
 def state_main(res, out, cpu, jobs, prec, budget, quick):
     os.makedirs(out, exist_ok=True)
+    if "amx" not in cpu and cpu.endswith(")"):
+        cpu = cpu[:-1] + "; no AMX)"
     runs = {}
     for fn in sorted(os.listdir(res)):
         if fn.endswith(".curve.jsonl"):
