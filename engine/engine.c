@@ -9,6 +9,7 @@
 #include "latent/engine.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -16,6 +17,7 @@
 
 #include "fault.h"
 #include "latent/clock.h"
+#include "latent/threads.h"
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
 
@@ -104,28 +106,47 @@ static int init_linear(const latent_engine *e, latent_linear *l, const float *w,
     return latent_linear_init(l, w, out_dim, in_dim);
 }
 
+/* One block's matrices, a task of its own: the blocks are packed over the
+ * engine threads (a packer inside a task runs on that task's thread), so
+ * packing and its first touches of fresh pages are split over the cores in
+ * one parallel section; results do not depend on who packs what. */
+typedef struct {
+    latent_engine *e;
+    atomic_int failed;
+} layers_job;
+
+static void init_layer_task(void *ctx, int l) {
+    layers_job *j = ctx;
+    latent_engine *e = j->e;
+    const latent_config *c = e->cfg;
+    const latent_layer *L = &e->m->w.layers[l];
+    engine_layer *E = &e->lin[l];
+    int d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c), rc = 0;
+    rc |= init_linear(e, &E->wq, L->wq, qd, d);
+    rc |= init_linear(e, &E->wk, L->wk, kvd, d);
+    rc |= init_linear(e, &E->wv, L->wv, kvd, d);
+    rc |= init_linear(e, &E->wo, L->wo, d, qd);
+    rc |= init_linear(e, &E->wg, L->wg, c->ffn, d);
+    rc |= init_linear(e, &E->wu, L->wu, c->ffn, d);
+    rc |= init_linear(e, &E->wd, L->wd, d, c->ffn);
+    if (L->lrt_gate) rc |= init_linear(e, &E->lrt_gate, L->lrt_gate, 2 * c->n_kv_heads, d);
+    if (L->lrt_k && !c->lrt.shared_kv_projection) rc |= init_linear(e, &E->lrt_k, L->lrt_k, kvd, d);
+    if (L->lrt_v && !c->lrt.shared_kv_projection) rc |= init_linear(e, &E->lrt_v, L->lrt_v, kvd, d);
+    if (rc) atomic_store(&j->failed, 1);
+}
+
 /* Prepares every matrix the forward multiplies by; under bf16 the token
- * embedding too (read from the tied head's panels, or its own). */
+ * embedding too (read from the tied head's panels, or its own). The blocks
+ * over the threads, then the rest (the LM head's packer splits it itself). */
 static int engine_init_linears(latent_engine *e) {
     const latent_config *c = e->cfg;
     const latent_weights *w = &e->m->w;
-    int d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c), rc = 0;
+    int d = c->d, kvd = latent_config_kv_dim(c), rc = 0;
     e->lin = calloc(c->n_layers, sizeof *e->lin);
     if (!e->lin) return -1;
-    for (int l = 0; l < c->n_layers; l++) {
-        const latent_layer *L = &w->layers[l];
-        engine_layer *E = &e->lin[l];
-        rc |= init_linear(e, &E->wq, L->wq, qd, d);
-        rc |= init_linear(e, &E->wk, L->wk, kvd, d);
-        rc |= init_linear(e, &E->wv, L->wv, kvd, d);
-        rc |= init_linear(e, &E->wo, L->wo, d, qd);
-        rc |= init_linear(e, &E->wg, L->wg, c->ffn, d);
-        rc |= init_linear(e, &E->wu, L->wu, c->ffn, d);
-        rc |= init_linear(e, &E->wd, L->wd, d, c->ffn);
-        if (L->lrt_gate) rc |= init_linear(e, &E->lrt_gate, L->lrt_gate, 2 * c->n_kv_heads, d);
-        if (L->lrt_k && !c->lrt.shared_kv_projection) rc |= init_linear(e, &E->lrt_k, L->lrt_k, kvd, d);
-        if (L->lrt_v && !c->lrt.shared_kv_projection) rc |= init_linear(e, &E->lrt_v, L->lrt_v, kvd, d);
-    }
+    layers_job j = {.e = e};
+    latent_parallel_for(init_layer_task, &j, c->n_layers);
+    rc |= atomic_load(&j.failed);
     if (w->lrt_shared_k) rc |= init_linear(e, &e->lrt_k, w->lrt_shared_k, kvd, d);
     if (w->lrt_shared_v) rc |= init_linear(e, &e->lrt_v, w->lrt_shared_v, kvd, d);
     rc |= init_linear(e, &e->head, w->lm_head, c->vocab, d);

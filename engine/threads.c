@@ -37,6 +37,10 @@ typedef struct {
 
 static pool_t g_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+/* 1 while this thread runs a task: a parallel-for inside a task (a packer
+ * split over the threads, called from a task that packs a whole layer)
+ * runs inline instead of publishing a section inside a section. */
+static _Thread_local int g_in_task;
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -53,7 +57,9 @@ static void run_tasks(pool_t *p, uint32_t section) {
         if (t >= (uint32_t)atomic_load_explicit(&p->n_tasks, memory_order_relaxed)) return;
         if (!atomic_compare_exchange_weak_explicit(&p->work, &w, w + 1, memory_order_acq_rel, memory_order_relaxed))
             continue;
+        g_in_task = 1;
         p->fn(p->ctx, (int)t);
+        g_in_task = 0;
         atomic_fetch_add_explicit(&p->completed, 1, memory_order_release);
     }
 }
@@ -115,7 +121,7 @@ int latent_get_threads(void) {
 void latent_parallel_for(latent_task_fn fn, void *ctx, int n_tasks) {
     pthread_once(&g_once, default_init);
     pool_t *p = &g_pool;
-    if (p->n_threads == 1 || n_tasks <= 1) {
+    if (p->n_threads == 1 || n_tasks <= 1 || g_in_task) {
         for (int t = 0; t < n_tasks; t++) fn(ctx, t);
         return;
     }

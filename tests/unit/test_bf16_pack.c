@@ -1,5 +1,6 @@
 /* The bf16 panel packer (bf16_pack.c) on every level this machine has, and
- * the engine's packing at load (latent_gemm_bf16_pack: over the threads):
+ * the engine's packing at load (latent_gemm_bf16_pack: over the threads, or
+ * inside a task of a parallel section):
  * every byte of the panels is written, and written as the panels' definition
  * says, so packing faster never changes a product's bits. Also prints how
  * fast each level packs a 135M-shaped FFN weight (information, not a check). */
@@ -92,6 +93,40 @@ static void test_load(latent_isa top) {
     free(w), free(h);
 }
 
+/* The engine packs its blocks as tasks of one parallel section, and a
+ * packer inside a task, which would split itself over the threads, runs on
+ * the task's thread (threads.c): the same bytes as packing alone. */
+typedef struct {
+    const float *w;
+    int n, k;
+    uint16_t *p[4];
+    int np[4], rc[4];
+} nested_job;
+
+static void nested_task(void *ctx, int t) {
+    nested_job *j = ctx;
+    j->rc[t] = latent_gemm_bf16_pack(&j->p[t], &j->np[t], j->w, j->n, j->k);
+}
+
+static void test_nested(void) {
+    nested_job j = {.n = 1537, .k = 577};
+    float *w = malloc(sizeof(float) * j.n * j.k);
+    uint16_t *ref = NULL;
+    int npr = 0, ok = 1;
+    if (!w) abort();
+    for (int i = 0; i < j.n * j.k; i++) w[i] = frand();
+    j.w = w;
+    latent_parallel_for(nested_task, &j, 4);
+    ok &= latent_gemm_bf16_pack(&ref, &npr, w, j.n, j.k) == 0;
+    for (int t = 0; t < 4; t++) {
+        ok &= j.rc[t] == 0 && j.np[t] == npr && memcmp(j.p[t], ref, latent_gemm_bf16_bytes(npr, j.k)) == 0;
+        latent_gemm_bf16_free(j.p[t], j.np[t], j.k);
+    }
+    CHECK(ok, "packing inside tasks of a parallel section gives the bytes of packing alone");
+    latent_gemm_bf16_free(ref, npr, j.k);
+    free(w);
+}
+
 /* MB/s of panels written, per level, one thread (information). */
 static void report_speed(latent_isa top) {
     int n = 1536, k = 576, np = (n + GEMM_PANEL - 1) / GEMM_PANEL;
@@ -125,6 +160,7 @@ int main(void) {
     if (top > LATENT_ISA_AVX512BF16) top = LATENT_ISA_AVX512BF16; /* the packer has no tile level */
     test_levels(top);
     test_load(top);
+    test_nested();
     report_speed(top);
     latent_isa_set(latent_isa_detected());
     return tu_finish("test_bf16_pack");
