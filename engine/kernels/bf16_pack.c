@@ -95,6 +95,72 @@ __attribute__((target("avx512f,avx512bw"))) static void panel_rows_avx512(uint16
         }
     }
 }
+
+/* ---- AVX2: the same transpose, 8 x 8 words ---- */
+
+/* 8 floats to bf16 in the low half of each 32-bit lane, as round16. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i round8(__m256 f) {
+    __m256i u = _mm256_castps_si256(f), hi = _mm256_srli_epi32(u, 16);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(hi, _mm256_set1_epi32(1)));
+    return _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+}
+
+/* 8 k pairs of one feature from 16 values at `at` (all inside its row) as 8 words. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i pairs8(const float *wf, const uint16_t *wb, size_t at) {
+    if (wf) { /* packus interleaves 128-bit lanes; the permute puts them back in order */
+        __m256i v = _mm256_packus_epi32(round8(_mm256_loadu_ps(wf + at)), round8(_mm256_loadu_ps(wf + at + 8)));
+        return _mm256_permute4x64_epi64(v, 0xD8);
+    }
+    __m256i v = _mm256_loadu_si256((const __m256i *)(wb + at));
+    __m256i nan = _mm256_cmpgt_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7f80));
+    return _mm256_or_si256(v, _mm256_and_si256(nan, _mm256_set1_epi16(0x40)));
+}
+
+/* 8 x 8 32-bit words transposed: lane j of r[i] goes to lane i of r[j]. */
+__attribute__((target("avx2"), always_inline)) static inline void transpose8x8(__m256i r[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2)
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    for (int g = 0; g < 8; g += 4) /* u[g + e], 128-bit lane L: rows g..g+3 of word 4L + e */
+        for (int h = 0; h < 2; h++) {
+            u[g + 2 * h] = _mm256_unpacklo_epi64(t[g + h], t[g + 2 + h]);
+            u[g + 2 * h + 1] = _mm256_unpackhi_epi64(t[g + h], t[g + 2 + h]);
+        }
+    for (int e = 0; e < 4; e++)
+        r[e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x20), r[4 + e] = _mm256_permute2x128_si256(u[e], u[4 + e], 0x31);
+}
+
+/* One word of a panel, scalar: pair q of a feature whose row starts at f. */
+static inline uint32_t pair_word(const float *wf, const uint16_t *wb, size_t f, int q, int k) {
+    uint32_t w = 0;
+    for (int h = 0; h < 2 && 2 * q + h < k; h++) {
+        size_t i = f + 2 * (size_t)q + h;
+        uint16_t v = wf ? latent_f32_to_bf16(wf[i]) : (wb[i] & 0x7fff) > 0x7f80 ? wb[i] | 0x40 : wb[i];
+        w |= (uint32_t)v << 16 * h;
+    }
+    return w;
+}
+
+/* panel_rows_avx512's panel on AVX2: 8 x 8 words at a time where 8 pairs lie
+ * inside every row (no masked 16-bit loads on AVX2), the last pairs scalar. */
+__attribute__((target("avx2"))) static void panel_rows_avx2(uint16_t *panel, const float *wf, const uint16_t *wb, size_t rs,
+                                                            int row0, int cols, int k) {
+    int kp = (k + 1) / 2, q0 = 0;
+    for (; 2 * q0 + 16 <= k; q0 += 8)
+        for (int h = 0; h < GEMM_PANEL; h += 8) {
+            __m256i r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = h + i < cols ? pairs8(wf, wb, (size_t)(row0 + h + i) * rs + 2 * (size_t)q0) : _mm256_setzero_si256();
+            transpose8x8(r);
+            for (int q = 0; q < 8; q++) _mm256_storeu_si256((__m256i *)(panel + ((size_t)(q0 + q) * GEMM_PANEL + h) * 2), r[q]);
+        }
+    for (int q = q0; q < kp; q++)
+        for (int j = 0; j < GEMM_PANEL; j++) {
+            uint32_t w = j < cols ? pair_word(wf, wb, (size_t)(row0 + j) * rs, q, k) : 0;
+            memcpy(panel + ((size_t)q * GEMM_PANEL + j) * 2, &w, sizeof w);
+        }
+}
 #endif
 
 /* ---- each level's converters, and the pick of a level's ---- */
@@ -156,6 +222,13 @@ static void pairs_avx512(uint16_t *dst, const float *a, const float *b, int n) {
 }
 
 /* row-major sources by the 32-bit transpose, others as the scalar packer */
+static void panels_avx2(PANELS_ARGS) {
+    for (int pn = p0; pn < p1; pn++) {
+        if (cs == 1) panel_rows_avx2(PANEL_AT(pn), wf, wb, rs, pn * GEMM_PANEL, PANEL_COLS(pn), k);
+        else panel_scalar(pairs_generic, PANEL_AT(pn), wf, wb, rs, cs, pn * GEMM_PANEL, PANEL_COLS(pn), k);
+    }
+}
+
 static void panels_avx512(PANELS_ARGS) {
     for (int pn = p0; pn < p1; pn++) {
         if (cs == 1) panel_rows_avx512(PANEL_AT(pn), wf, wb, rs, pn * GEMM_PANEL, PANEL_COLS(pn), k);
@@ -184,6 +257,7 @@ latent_bf16_pairs_fn latent_bf16_pairs_pick(latent_isa isa) {
 latent_bf16_panels_fn latent_bf16_panels_pick(latent_isa isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (isa >= LATENT_ISA_AVX512) return panels_avx512;
+    if (isa >= LATENT_ISA_AVX2) return panels_avx2;
 #endif
     return panels_generic;
 }
