@@ -9,10 +9,14 @@
 #ifndef LATENT_THREADS_H
 #define LATENT_THREADS_H
 
-/* fn(ctx, task) runs once for every task in [0, n_tasks), spread over the threads. */
+/* fn(ctx, task) runs once for every task in [0, n_tasks), spread over the
+ * threads. Called from inside a task (a nested section, as the engine's
+ * parallel packing at load does), it runs every task inline on that thread. */
 typedef void (*latent_task_fn)(void *ctx, int task);
 
-/* Sets the thread count (default: online cores); 1 runs everything inline. */
+/* Sets the thread count (default: online cores); 1 runs everything inline.
+ * Takes effect only before the pool starts: the first parallel section,
+ * which creating an engine runs (it packs its weights in parallel). */
 void latent_set_threads(int n);
 int latent_get_threads(void);
 void latent_parallel_for(latent_task_fn fn, void *ctx, int n_tasks);
