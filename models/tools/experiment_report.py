@@ -415,8 +415,8 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
                               "(%.1f times the budget)." % (LABELS[model], seed, pr["a_last"], pr["points"], pr["slope"], pr["tokens"] / 1e6,
                                                            pr["rate"] * 1e6, pr["cpu_h"], pr["cpu_h"] * 3600 / float(budget))
                               + ("" if not pr_all or not pr_all.get("tokens") else
-                                 " Fitted instead over all %d evaluations since position 2 passed 0.5 (exponent %.2f, the transition "
-                                 "included, so steeper): %.1fM tokens, %.2f core-hours." % (pr_all["points"], pr_all["slope"],
+                                 " Fitted instead over all %d evaluations since position 2 passed 0.5, the transition included "
+                                 "(exponent %.2f): %.1fM tokens, %.2f core-hours." % (pr_all["points"], pr_all["slope"],
                                                                                           pr_all["tokens"] / 1e6, pr_all["cpu_h"])), ""]
         metric = "mean accuracy over positions 1-16" if task == "s5" else "accuracy at depth 5"
         chance = 1 / 120 if task == "s5" else 0.1
