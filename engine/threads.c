@@ -24,7 +24,8 @@
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int n_threads;                /* including the caller */
+    int n_spawned;                /* threads started, including the caller */
+    atomic_int active;            /* threads taking part, the caller included (latent_set_threads) */
     pthread_t tids[MAX_THREADS];
     _Atomic uint64_t work;        /* section << 32 | next unclaimed task */
     atomic_int completed;         /* tasks of the current section finished */
@@ -65,7 +66,8 @@ static void run_tasks(pool_t *p, uint32_t section) {
 }
 
 static void *worker_main(void *arg) {
-    pool_t *p = arg;
+    pool_t *p = &g_pool;
+    int index = (int)(intptr_t)arg; /* 1.. (the caller is 0) */
     uint32_t seen = 0; /* workers start before any section is published */
     for (;;) {
         uint32_t s;
@@ -83,21 +85,25 @@ static void *worker_main(void *arg) {
             break;
         }
         seen = s;
-        run_tasks(p, s);
+        /* a worker past the active count sits out (latent_set_threads shrank the pool) */
+        if (index < atomic_load_explicit(&p->active, memory_order_relaxed)) run_tasks(p, s);
     }
     return NULL;
 }
 
+/* Starts workers up to n threads in all (the caller counts as one) and makes
+ * n of them take part. */
 static void start_workers(pool_t *p, int n) {
     if (n < 1) n = 1;
     if (n > MAX_THREADS) n = MAX_THREADS;
     /* Our threads split the work; OpenBLAS must not spawn its own on top. */
     openblas_set_num_threads(1);
-    p->n_threads = 1;
-    for (int i = 1; i < n; i++) {
-        if (pthread_create(&p->tids[i], NULL, worker_main, p) != 0) break;
-        p->n_threads++;
+    if (!p->n_spawned) p->n_spawned = 1;
+    while (p->n_spawned < n) {
+        if (pthread_create(&p->tids[p->n_spawned], NULL, worker_main, (void *)(intptr_t)p->n_spawned) != 0) break;
+        p->n_spawned++;
     }
+    atomic_store(&p->active, n < p->n_spawned ? n : p->n_spawned);
     p->started = 1;
 }
 
@@ -108,20 +114,23 @@ static void default_init(void) {
 }
 
 void latent_set_threads(int n) {
-    /* Workers cannot be resized once running; the count is fixed at first use. */
-    if (g_pool.started) return;
+    /* Before the pool starts, or between sections (one thread calls
+     * latent_parallel_for at a time): more workers are started when n passes
+     * those running, and workers past n sit out the sections that follow. */
+    pthread_mutex_lock(&g_pool.mu);
     start_workers(&g_pool, n);
+    pthread_mutex_unlock(&g_pool.mu);
 }
 
 int latent_get_threads(void) {
     pthread_once(&g_once, default_init);
-    return g_pool.n_threads;
+    return atomic_load(&g_pool.active);
 }
 
 void latent_parallel_for(latent_task_fn fn, void *ctx, int n_tasks) {
     pthread_once(&g_once, default_init);
     pool_t *p = &g_pool;
-    if (p->n_threads == 1 || n_tasks <= 1 || g_in_task) {
+    if (atomic_load_explicit(&p->active, memory_order_relaxed) == 1 || n_tasks <= 1 || g_in_task) {
         for (int t = 0; t < n_tasks; t++) fn(ctx, t);
         return;
     }

@@ -15,8 +15,8 @@
 typedef void (*latent_task_fn)(void *ctx, int task);
 
 /* Sets the thread count (default: online cores); 1 runs everything inline.
- * Takes effect only before the pool starts: the first parallel section,
- * which creating an engine runs (it packs its weights in parallel). */
+ * May be called again between parallel sections (tests run 1 and 2
+ * threads in one process): more workers start, or the extra ones sit out. */
 void latent_set_threads(int n);
 int latent_get_threads(void);
 void latent_parallel_for(latent_task_fn fn, void *ctx, int n_tasks);
