@@ -193,10 +193,12 @@ EOF
 # per chunk: step, stage, training tokens, training seconds, accuracies),
 # .eval.json (final `latent eval`; s5 also .eval32.json, twice the length).
 # The report (models/tools/experiment_report.py --state) goes to WORK/report.
-# env: STATE_TASKS ("s5 var"), STATE_MODELS ("plain t2mlr"), STATE_SEEDS
+# env: STATE_TASKS ("s5 var"), STATE_MODELS ("t2mlr plain"), STATE_SEEDS
 #      ("11 12 13"), STATE_BUDGET, STATE_MAX_STEPS, STATE_CHUNK (s5 500, var 250),
 #      STATE_STAGE_STEPS (the steps at which the stages end, e.g. "11500 13500":
-#      a control run on the schedule another run took; criteria then unused);
+#      a control run on the schedule another run took; criteria then unused;
+#      by default a plain run takes the finished T2MLR run's of its task and
+#      seed, stage ends and steps, so the two see the same data);
 #      QUICK=1: a few chunks of a few steps, into build/experiment-state-quick.
 state_data() { # task seed dir
     local t=$1 s=$2 d=$3 n k
@@ -249,6 +251,17 @@ PYEOF
         --eval-every 1000000 --keep 1)
     local step=0 si=0 stage rec D status wall0 args
     local st=($stages) fr=($fracs)
+    # plain follows the T2MLR run of its task and seed where that has finished:
+    # the same stages, ended at the same steps, and the same number of steps
+    local stage_steps=${STATE_STAGE_STEPS:-} max_steps=$state_max_steps
+    if [ "$m" = plain ] && [ -z "$stage_steps" ] && [ -s "$work/results/$t.t2mlr.s$s.eval.json" ]; then
+        read -r max_steps stage_steps < <("$PY" - "$work/results/$t.t2mlr.s$s.curve.jsonl" <<'PYEOF'
+import json, sys
+cv = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+print(cv[-1]["step"], " ".join(str(cv[i]["step"]) for i in range(len(cv) - 1) if cv[i + 1]["stage"] != cv[i]["stage"]))
+PYEOF
+)
+    fi
     wall0=$(date +%s.%N)
     while :; do
         stage=${st[$si]}
@@ -266,8 +279,8 @@ PYEOF
         "$latent" eval --model "$d/$m.run/latest" --data "$d/test$final.bin" --json --bucket-width 1 >"$d/$m.ev_final.json" 2>/dev/null
         # a curve line; prints "advance", "stop" or "stay"
         status=$("$PY" - "$d/$m.run/train.jsonl" "$d/$m.ev_stage.json" "$d/$m.ev_final.json" "$out.curve.jsonl" \
-            "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$state_budget" "$state_max_steps" "$d/$m.cpu" \
-            "${fr[$si]:-2}" "$((si + 1 < ${#st[@]} ? 1 : 0))" "$(echo ${STATE_STAGE_STEPS:-} | cut -d' ' -f$((si + 1)))" <<'PYEOF'
+            "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$state_budget" "$max_steps" "$d/$m.cpu" \
+            "${fr[$si]:-2}" "$((si + 1 < ${#st[@]} ? 1 : 0))" "$(echo $stage_steps | cut -d' ' -f$((si + 1)))" <<'PYEOF'
 import json, os, sys
 (jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, frac, more, at) = sys.argv[1:]
 rows = [json.loads(l) for l in open(jl) if l.strip()]
@@ -312,7 +325,7 @@ PYEOF
 
 if [ "${STATE:-0}" = 1 ]; then
     state_tasks=${STATE_TASKS:-"s5 var"}
-    state_models=${STATE_MODELS:-"plain t2mlr"}
+    state_models=${STATE_MODELS:-"t2mlr plain"} # T2MLR first: plain follows its schedule
     state_seeds=${STATE_SEEDS:-"11 12 13"}
     state_budget=${STATE_BUDGET:-1200}
     state_max_steps=${STATE_MAX_STEPS:-100000}
