@@ -424,7 +424,7 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
                                    ("seconds", "wall-clock seconds of training, one thread (%s)" % cpu.split(" (")[0], sec_series, 1.0),
                                    ("cpu", "CPU seconds of training, one thread (%s)" % cpu.split(" (")[0], cpu_series, 1.0)):
             svg = "experiment-state-%s-%s.svg" % (task, suffix)
-            svg_curves(os.path.join(out, svg), "%s: %s" % (task, metric), xl, ser, chance, sc)
+            svg_curves(os.path.join(out, svg), "%s: %s; %s" % (task, metric, cpu), xl, ser, chance, sc)
             lines += ["![%s against %s](%s)" % (metric, suffix, svg), ""]
         # the raw curve: every evaluation
         lines += ["<details><summary>Every evaluation (%s)</summary>" % STATE_TITLES[task], "",
