@@ -40,6 +40,18 @@ quick=${QUICK:-0}
 [ "$quick" = 0 ] || quick=1
 seed=${SEED:-1}
 case $seed in '' | *[!0-9]*) echo "experiment: SEED must be a number" >&2; exit 2 ;; esac
+# The CPU and its relevant flags, for the reports (figures name their machine).
+machine_line() {
+    local cpu flags="" f
+    cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+    for f in avx512f avx512_bf16 amx_bf16; do grep -qw $f /proc/cpuinfo && flags="$flags $f"; done
+    echo "$cpu ($(nproc) vCPUs;$flags)"
+}
+# Waits until fewer than N background runs are left; a failed one sets failed=1.
+throttle() {
+    while [ "$(jobs -rp | wc -l)" -ge "$1" ]; do wait -n || failed=1; done
+}
+
 if [ "$quick" = 1 ]; then
     steps=${STEPS:-120}; var_steps=${VAR_STEPS:-60}; work=${WORK:-build/experiment-quick}; n_train=4000
 elif [ "$seed" != 1 ]; then
@@ -341,17 +353,14 @@ if [ "${STATE:-0}" = 1 ]; then
     for t in $state_tasks; do
         for s in $state_seeds; do
             for m in $state_models; do
-                while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || failed=1; done
+                throttle "$jobs"
                 state_model "$t" "$m" "$s" &
             done
         done
     done
-    while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+    throttle 1
     [ $failed = 0 ] || { log "a run failed"; exit 1; }
-    cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
-    flags=""
-    for f in avx512f avx512_bf16 amx_bf16; do grep -qw $f /proc/cpuinfo && flags="$flags $f"; done
-    "$PY" models/tools/experiment_report.py --state "$work/results" "$work/report" "$cpu ($(nproc) vCPUs;$flags)" "$jobs" "$precision" "$state_budget" "$quick"
+    "$PY" models/tools/experiment_report.py --state "$work/results" "$work/report" "$(machine_line)" "$jobs" "$precision" "$state_budget" "$quick"
     log "wrote $work/report/experiment-state.md and its plots"
     exit 0
 fi
@@ -367,7 +376,7 @@ log "training: ${models} on each task, $steps steps (var-assign $var_steps), $jo
 failed=0
 for t in $tasks; do
     for m in $models; do
-        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || failed=1; done
+        throttle "$jobs"
         run_model "$t" "$m" &
     done
 done
@@ -375,21 +384,19 @@ done
 for r in $replicates; do
     for t in $rep_tasks; do
         for m in $rep_models; do
-            while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || failed=1; done
+            throttle "$jobs"
             (work=$(rep_work "$r") seed=$r; run_model "$t" "$m") &
         done
     done
 done
-while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
+throttle 1
 [ $failed = 0 ] || { log "a run failed"; exit 1; }
 
 # ---- report ----------------------------------------------------------------------
-cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
-flags=""
-for f in avx512f avx512_bf16 amx_bf16; do grep -qw $f /proc/cpuinfo && flags="$flags $f"; done
+cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')   # models/s3's README names it
 rep_list=""
 for r in $replicates; do rep_list="$rep_list $r:$(rep_work "$r")/results"; done
-"$PY" - "$work/results/run.json" "$cpu ($(nproc) vCPUs;$flags)" "$jobs" "$precision" "$seed" "$steps" "$var_steps" "$quick" \
+"$PY" - "$work/results/run.json" "$(machine_line)" "$jobs" "$precision" "$seed" "$steps" "$var_steps" "$quick" \
     "$tasks" "$models" "$train_len" "$test_len" "$wd" "$rep_list" "$rep_tasks" "$rep_models" <<'EOF'
 import json, sys
 (path, cpu, jobs, prec, seed, steps, var_steps, quick, tasks, models, tl, xl, wd, reps, rep_tasks, rep_models) = sys.argv[1:]
