@@ -44,6 +44,18 @@ def min_acc(points, lo, hi):
     return min(sel) if sel else float("nan")
 
 
+def svg_frame(title, W, H, L, R, py):
+    """An SVG plot's opening: the canvas, its title and the accuracy grid 0..1."""
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (W, H),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="22" font-size="14">%s</text>' % (L, esc(title))]
+    for k in range(6):
+        y = k / 5
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (L, W - R, py(y), py(y)))
+        out.append('<text x="%d" y="%.1f" text-anchor="end">%.1f</text>' % (L - 6, py(y) + 4, y))
+    return out
+
+
 def svg_plot(path, title, xlabel, series, trained, chance):
     """series: [(name, [(x, y), ...])]; trained: x of the trained length (a dashed line)."""
     W, H, L, R, T, B = 640, 380, 60, 200, 40, 50
@@ -57,13 +69,7 @@ def svg_plot(path, title, xlabel, series, trained, chance):
 
     def py(y):
         return T + (1 - y) * (H - T - B)
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (W, H),
-           '<rect width="100%" height="100%" fill="white"/>',
-           '<text x="%d" y="22" font-size="14">%s</text>' % (L, esc(title))]
-    for k in range(6):
-        y = k / 5
-        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (L, W - R, py(y), py(y)))
-        out.append('<text x="%d" y="%.1f" text-anchor="end">%.1f</text>' % (L - 6, py(y) + 4, y))
+    out = svg_frame(title, W, H, L, R, py)
     step = max(1, (x1 - x0) // 8)
     for x in range(x0, x1 + 1, step):
         out.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (px(x), H - B + 18, x))
@@ -235,13 +241,7 @@ def svg_curves(path, title, xlabel, series, chance, xscale=1.0):
 
     def py(y):
         return T + (1 - y) * (H - T - B)
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">' % (W, H),
-           '<rect width="100%" height="100%" fill="white"/>',
-           '<text x="%d" y="22" font-size="14">%s</text>' % (L, esc(title))]
-    for k in range(6):
-        y = k / 5
-        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (L, W - R, py(y), py(y)))
-        out.append('<text x="%d" y="%.1f" text-anchor="end">%.1f</text>' % (L - 6, py(y) + 4, y))
+    out = svg_frame(title, W, H, L, R, py)
     for k in range(6):
         x = x0 + (x1 - x0) * k / 5
         out.append('<text x="%.1f" y="%d" text-anchor="middle">%.3g</text>' % (px(x), H - B + 18, x / xscale))
