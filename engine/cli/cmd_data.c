@@ -32,6 +32,8 @@ static const char *help =
     "    --min-depth A --max-depth B   alias hops from the query to a digit (2..2);\n"
     "                       --depth K sets both\n"
     "    --n-base N         variables set to a digit (8); --distractors N extra aliases (6)\n"
+    "    --order shuffled|program   lines in any order (default), or as a program:\n"
+    "                       every variable assigned on a line before its use\n"
     "\n"
     "Common: --record-len L, --tokenizer-out DIR (writes DIR/tokenizer.json with the\n"
     "task's symbols, for `latent init --tokenizer DIR`), --show K (print the first\n"
@@ -71,7 +73,7 @@ static void show_record(const latent_dataset *d, int r) {
 
 typedef struct {
     latent_task t;
-    const char *out, *tok_out, *group, *seed_arg;
+    const char *out, *tok_out, *group, *seed_arg, *order;
     int n_records, record_len, show, len, depth;
     long seed;
 } data_args;
@@ -82,6 +84,7 @@ static int task_opt(int argc, char **argv, int *i, data_args *a, int *bad) {
     latent_task *t = &a->t;
     if (!strcmp(argv[*i], "--final-only") && t->kind == LATENT_TASK_GROUP) { t->final_only = 1; return 1; }
     if (t->kind == LATENT_TASK_GROUP && cli_opt(argc, argv, i, "--group", &a->group)) return 1;
+    if (t->kind == LATENT_TASK_VAR && cli_opt(argc, argv, i, "--order", &a->order)) return 1;
     if (t->kind != LATENT_TASK_VAR &&
         (opt_int(argc, argv, i, "--min-len", 1, 100000, &t->min_len, bad) ||
          opt_int(argc, argv, i, "--max-len", 1, 100000, &t->max_len, bad) ||
@@ -108,6 +111,10 @@ static int finish_args(data_args *a) {
     latent_task *t = &a->t;
     if (a->len) t->min_len = t->max_len = a->len;
     if (a->depth >= 0) t->min_depth = t->max_depth = a->depth;
+    if (a->order) {
+        if (!strcmp(a->order, "program")) t->program_order = 1;
+        else if (strcmp(a->order, "shuffled")) return cli_fail("data: --order must be shuffled or program (got '%s')", a->order);
+    }
     const char *group = a->group;
     if (group) {
         if (!strcmp(group, "parity")) t->group = 'z', t->n = 2;

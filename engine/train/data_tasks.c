@@ -292,6 +292,26 @@ static void put_name(rec *r, int nl, int name) {
     put(r, V_LETTER + (uint32_t)(name % 26));
 }
 
+/* A random order of the lines in which every alias comes after the line of
+ * the variable it names: at each place, one of the lines whose right-hand
+ * side is already assigned, uniformly. Distractors still interleave with the
+ * chain; only uses before assignment are ruled out. */
+static void program_order(latent_rng *rng, const int *rhs, int *order, int n) {
+    char *placed = calloc((size_t)n, 1);
+    int *ready = malloc((size_t)n * sizeof *ready);
+    if (!placed || !ready) abort();
+    for (int k = 0; k < n; k++) {
+        int n_ready = 0;
+        for (int v = 0; v < n; v++)
+            if (!placed[v] && (rhs[v] < 0 || placed[rhs[v]])) ready[n_ready++] = v;
+        int v = ready[rand_below(rng, n_ready)]; /* never empty: the aliases form a forest */
+        placed[v] = 1;
+        order[k] = v;
+    }
+    free(placed);
+    free(ready);
+}
+
 static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
     const int nl = var_name_len(t), space = nl == 1 ? 26 : 676;
     int depth = rand_range(rng, t->min_depth, t->max_depth);
@@ -318,8 +338,11 @@ static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
     int v = query, digit;
     while (rhs[v] >= 0) v = rhs[v];
     digit = -1 - rhs[v];
-    for (int i = 0; i < n_vars; i++) order[i] = i;
-    shuffle(rng, order, n_vars);
+    if (t->program_order) program_order(rng, rhs, order, n_vars);
+    else {
+        for (int i = 0; i < n_vars; i++) order[i] = i;
+        shuffle(rng, order, n_vars);
+    }
     for (int i = 0; i < n_vars; i++) {
         int a = order[i];
         put_name(r, nl, names[a]);
