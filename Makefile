@@ -62,7 +62,7 @@ TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 # Keep object files of pattern chains (tests) instead of deleting them as intermediates.
 .SECONDARY:
 
-.PHONY: experiment experiment-state bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz mpi
+.PHONY: experiment experiment-state experiment-long bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz mpi
 
 # The MPI plugin joins `all` where OpenMPI's compiler wrapper is installed.
 MPICC ?= mpicc
@@ -238,6 +238,17 @@ experiment: $(BUILD)/latent
 # STATE_TASKS=, STATE_MODELS=, STATE_SEEDS=, STATE_BUDGET= narrow it; QUICK=1 smoke.
 experiment-state: $(BUILD)/latent
 	STATE=1 JOBS=$(or $(JOBS),1) QUICK=$(QUICK) LATENT=$(BUILD)/latent bash models/experiment.sh
+
+# The long recipe (issue 24): the state recipe of one seed (S5, T2MLR, seed
+# 12 unless STATE_TASKS/STATE_MODELS/STATE_SEEDS say otherwise), its final
+# stage run on until the task's target is met or 2 hours of CPU are spent;
+# NP=N runs every chunk under `mpirun -np N` (the same batches; N cores).
+# Stopped, it continues where it stopped. Report in build/experiment-long/report.
+experiment-long: $(BUILD)/latent
+	STATE=1 JOBS=1 QUICK=$(QUICK) LATENT=$(BUILD)/latent WORK=$(or $(WORK),build/experiment-long) \
+	STATE_TASKS="$(or $(STATE_TASKS),s5)" STATE_MODELS="$(or $(STATE_MODELS),t2mlr)" \
+	STATE_SEEDS="$(or $(STATE_SEEDS),12)" STATE_BUDGET=$(or $(STATE_BUDGET),7200) STATE_UNTIL_TARGET=1 \
+	NP=$(or $(NP),1) bash models/experiment.sh
 
 # Serves models/default on 127.0.0.1:8080 (a small random T2MLR model is
 # written there first if the directory has no model yet).

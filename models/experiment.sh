@@ -32,6 +32,9 @@
 #        REPLICATE_TASKS (s3), REPLICATE_MODELS ("plain t2mlr"), LATENT
 #        (build/latent), PYTHON
 set -euo pipefail
+# The whole script is one block, parsed before it runs: bash reads a script
+# as it goes, and a run of hours must not pick up an edit made meanwhile.
+{
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 PY=${PYTHON:-/usr/bin/python3}
@@ -211,10 +214,26 @@ EOF
 #      a control run on the schedule another run took; criteria then unused;
 #      by default a plain run takes the finished T2MLR run's of its task and
 #      seed, stage ends and steps, so the two see the same data);
+#      STATE_STAGE_CPU (the CPU seconds at which a stage ends if its
+#      criterion is not met: s5 "600 900", var "360 540 720 900", i.e. 50/75%
+#      and 30/45/60/75% of the 20-minute budget, also when the budget grows);
+#      STATE_VAR_ORDER: program (default: every variable assigned before its
+#      use, as in a program and the paper's task) or shuffled (lines in any
+#      order: uses before assignment, which the first runs had);
+#      STATE_UNTIL_TARGET=1: stop as soon as the final stage meets the task's
+#      target (s5: every position >= 0.95; var: depth 5 >= 0.9);
+#      NP=N: every chunk runs data parallel under `mpirun -np N` (one thread
+#      per rank; the same batches and steps as one process, docs/training.md);
 #      QUICK=1: a few chunks of a few steps, into build/experiment-state-quick.
+# A run that was stopped (no .eval.json yet, a curve and a checkpoint there)
+# continues from its last curve line: `latent train --resume` is bit-exact,
+# so the run is the one an uninterrupted run makes (the CPU seconds of the
+# interrupted chunk are not counted).
 state_data() { # task seed dir
     local t=$1 s=$2 d=$3 n k
-    [ -s "$d/data.done" ] && return 0
+    local order=${STATE_VAR_ORDER:-program}
+    [ "$t" = var ] || order=""
+    [ "$(cat "$d/data.done" 2>/dev/null)" = "ok${order:+ $order}" ] && return 0
     mkdir -p "$d"
     case $t in
     s5)
@@ -226,22 +245,23 @@ state_data() { # task seed dir
     var)
         for k in 1 2 3 4 5; do
             "$latent" data var-assign --min-depth 1 --max-depth $k --record-len 80 --n-records $n_train --seed $((s * 100 + k)) \
-                --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
+                --order "$order" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
             "$latent" data var-assign --min-depth 1 --max-depth $k --record-len 80 --n-records 1000 --seed $((s * 100 + k + 50)) \
-                --out "$d/test$k" 2>/dev/null
+                --order "$order" --out "$d/test$k" 2>/dev/null
         done ;;
     *) echo "experiment: STATE_TASKS: s5 or var ($t)" >&2; exit 2 ;;
     esac
-    echo ok >"$d/data.done"
+    echo "ok${order:+ $order}" >"$d/data.done"
 }
 
 state_model() { # task model seed
     local t=$1 m=$2 s=$3
     local d="$work/$t-s$s" out="$work/results/$t.$m.s$s"
     [ -s "$out.eval.json" ] && return 0
-    local kind=none dm=64 ff=256 stages="1 2 3 4 5" final=5 chunk=${STATE_CHUNK:-250} fracs="0.30 0.45 0.60 0.75"
+    local kind=none dm=64 ff=256 stages="1 2 3 4 5" final=5 chunk=${STATE_CHUNK:-250} ends="360 540 720 900"
     [ "$m" = t2mlr ] && kind=t2mlr
-    [ "$t" = s5 ] && { dm=128 ff=512 stages="4 8 16" final=16 chunk=${STATE_CHUNK:-500} fracs="0.50 0.75"; }
+    [ "$t" = s5 ] && { dm=128 ff=512 stages="4 8 16" final=16 chunk=${STATE_CHUNK:-500} ends="600 900"; }
+    ends=${STATE_STAGE_CPU:-$ends}
     [ "$quick" = 1 ] && chunk=${STATE_CHUNK:-5}
     "$PY" - "$d/$m.config.json" "$(json_field "$d/train$final.json" vocab_size)" "$kind" $dm $ff <<'PYEOF'
 import json, sys
@@ -256,13 +276,26 @@ if kind == "t2mlr":
                               "cache_norm_clamp": 5.0, "cache_norm_eps": 1e-6, "recur_on_prompt": True}
 json.dump(c, open(path, "w"), indent=1)
 PYEOF
-    rm -rf "$d/$m.init" "$d/$m.run" "$out.curve.jsonl" "$d/$m.train.log"
-    "$latent" init --config "$d/$m.config.json" --out "$d/$m.init" --seed "$s" --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 2>/dev/null
+    local step=0 si=0 wall0
+    wall0=$(date +%s.%N)
+    if [ -s "$out.curve.jsonl" ] && [ -d "$d/$m.run/latest" ]; then
+        # continue a stopped run from its last curve line
+        local prev_stage prev_wall next
+        read -r step prev_stage prev_wall next < <("$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(l["step"], l["stage"], l["wall_s"], l.get("next", "stay"))' "$out.curve.jsonl")
+        for x in $stages; do [ "$x" = "$prev_stage" ] && break; si=$((si + 1)); done
+        [ "$next" = advance ] && si=$((si + 1))
+        wall0=$("$PY" -c "import sys; print(float(sys.argv[1]) - float(sys.argv[2]))" "$wall0" "$prev_wall")
+        log "$t/$m (seed $s): continuing at step $step (stage $prev_stage)"
+    else
+        rm -rf "$d/$m.init" "$d/$m.run" "$out.curve.jsonl" "$d/$m.train.log"
+        "$latent" init --config "$d/$m.config.json" --out "$d/$m.init" --seed "$s" --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 2>/dev/null
+    fi
     local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --lr 2e-3 --beta1 0.9 --beta2 0.98 --weight-decay 0.1
         --warmup 100 --lr-schedule constant --grad-clip 1 --seed "$s" --threads 1 --precision "$precision"
         --eval-every 1000000 --keep 1)
-    local step=0 si=0 stage rec D status wall0 args
-    local st=($stages) fr=($fracs)
+    local stage rec D status args
+    local st=($stages) en=($ends) runner=()
+    [ "${NP:-1}" -gt 1 ] && runner=(mpirun -np "$NP" --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo)
     # plain follows the T2MLR run of its task and seed where that has finished:
     # the same stages, ended at the same steps, and the same number of steps
     local stage_steps=${STATE_STAGE_STEPS:-} max_steps=$state_max_steps
@@ -274,7 +307,6 @@ print(cv[-1]["step"], " ".join(str(cv[i]["step"]) for i in range(len(cv) - 1) if
 PYEOF
 )
     fi
-    wall0=$(date +%s.%N)
     while :; do
         stage=${st[$si]}
         rec=$(json_field "$d/train$stage.json" record_len)
@@ -284,7 +316,7 @@ PYEOF
         if [ "$step" = 0 ]; then args+=(--model "$d/$m.init"); else args+=(--resume); fi
         echo "latent train ${args[*]}" >>"$d/$m.train.log"
         # the chunk's CPU seconds (user + system) of the training process
-        /usr/bin/time -f "%U %S" -o "$d/$m.cpu" "$latent" train "${args[@]}" >>"$d/$m.train.log" 2>&1 </dev/null ||
+        /usr/bin/time -f "%U %S" -o "$d/$m.cpu" "${runner[@]}" "$latent" train "${args[@]}" >>"$d/$m.train.log" 2>&1 </dev/null ||
             { log "$t/$m/s$s: training failed, see $d/$m.train.log"; return 1; }
         step=$((step + chunk))
         "$latent" eval --model "$d/$m.run/latest" --data "$d/test$stage.bin" --json --bucket-width 1 >"$d/$m.ev_stage.json" 2>/dev/null
@@ -292,9 +324,10 @@ PYEOF
         # a curve line; prints "advance", "stop" or "stay"
         status=$("$PY" - "$d/$m.run/train.jsonl" "$d/$m.ev_stage.json" "$d/$m.ev_final.json" "$out.curve.jsonl" \
             "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$state_budget" "$max_steps" "$d/$m.cpu" \
-            "${fr[$si]:-2}" "$((si + 1 < ${#st[@]} ? 1 : 0))" "$(echo $stage_steps | cut -d' ' -f$((si + 1)))" <<'PYEOF'
+            "${en[$si]:-1e30}" "$((si + 1 < ${#st[@]} ? 1 : 0))" "$(echo $stage_steps | cut -d' ' -f$((si + 1)))" \
+            "${STATE_UNTIL_TARGET:-0}" <<'PYEOF'
 import json, os, sys
-(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, frac, more, at) = sys.argv[1:]
+(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, end_cpu, more, at, until) = sys.argv[1:]
 rows = [json.loads(l) for l in open(jl) if l.strip()]
 prev = [json.loads(l) for l in open(curve)] if os.path.exists(curve) else []
 tok0, sec0, cpu0 = (prev[-1]["tokens"], prev[-1]["train_s"], prev[-1]["cpu_s"]) if prev else (0, 0.0, 0.0)
@@ -309,11 +342,14 @@ line = {"step": rows[-1]["step"], "stage": int(stage), "loss": round(sum(r["loss
         "tokens": tok0 + bt * len(new), "train_s": round(sec0 + sum(bt / r["tokens_per_s"] for r in new), 1),
         "cpu_s": round(cpu0 + cpu, 1),
         "wall_s": round(float(now) - float(wall0), 1), "stage_acc": sa, "final_acc": fa}
-open(curve, "a").write(json.dumps(line) + "\n")
-if line["cpu_s"] >= float(budget) or line["step"] >= int(max_steps):
-    print("stop")
-elif more == "1" and at:
-    print("advance" if line["step"] >= int(at) else "stay")
+def target_met(acc):  # the issue's targets, on the final stage's test set
+    if task == "s5":
+        return min(acc.values()) >= 0.95
+    return acc.get("5", 0) >= 0.9
+# the curriculum's decision is kept in the line, so that a run stopped here
+# and continued takes the same one
+if more == "1" and at:
+    line["next"] = "advance" if line["step"] >= int(at) else "stay"
 elif more == "1":
     if task == "s5":
         met = min(sa.values()) >= 0.95
@@ -321,9 +357,16 @@ elif more == "1":
         k = int(stage)
         v = [a for x, a in sa.items() if int(x) <= k]
         met = sum(v) / len(v) >= 0.9
-    print("advance" if met or line["cpu_s"] >= float(frac) * float(budget) else "stay")
+    line["next"] = "advance" if met or line["cpu_s"] >= float(end_cpu) else "stay"
 else:
-    print("stay")
+    line["next"] = "stay"
+open(curve, "a").write(json.dumps(line) + "\n")
+if line["cpu_s"] >= float(budget) or line["step"] >= int(max_steps):
+    print("stop")
+elif more == "0" and until == "1" and target_met(fa):
+    print("stop")
+else:
+    print(line["next"])
 PYEOF
 )
         [ "$status" = stop ] && break
@@ -457,3 +500,5 @@ EOF
     rm -rf models/s3 && mv models/s3.tmp models/s3
     log "copied the S3 T2MLR model to models/s3"
 fi
+exit
+}

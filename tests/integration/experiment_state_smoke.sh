@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `make experiment-state QUICK=1` / `make experiment-long`, cut to a few
+# steps: the S5 and variable-assignment recipes train, evaluate and report,
+# and a run stopped part way continues where it stopped to the same weights,
+# bit for bit, as a run that was never stopped (the stage ends pinned with
+# STATE_STAGE_STEPS, so that CPU time does not decide them). The numbers are
+# not evidence (docs/experiments.md, "State tracking", has the full runs).
+# env: LATENT_BUILD, LATENT_ROOT, PYTHON.
+set -u
+. "$(dirname "$0")/../harness.sh" experiment_state
+
+state() { # WORK MAX_STEPS
+    STATE=1 QUICK=1 STATE_TASKS="s5 var" STATE_MODELS=t2mlr STATE_SEEDS=11 STATE_STAGE_STEPS="10 15 20 25" \
+        STATE_MAX_STEPS=$2 STATE_BUDGET=1000 JOBS=2 WORK="$1" LATENT="$latent" PYTHON="$PY" \
+        bash "$root/models/experiment.sh" >>"$1.log" 2>&1
+}
+if state "$tmp/whole" 30; then ok "STATE=1 QUICK=1: S5 and var-assign train and report"
+else fail "STATE=1 QUICK=1" "$(tail -n 20 "$tmp/whole.log")"; fi
+for t in s5 var; do
+    [ -s "$tmp/whole/results/$t.t2mlr.s11.eval.json" ] && [ "$(wc -l <"$tmp/whole/results/$t.t2mlr.s11.curve.jsonl")" = 6 ] &&
+        ok "$t: a final evaluation and a curve line per chunk of 5 steps" ||
+        fail "$t: evaluation or curve missing" "$(ls "$tmp/whole/results")"
+done
+[ "$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["program_order"])' "$tmp/whole/var-s11/train5.json")" = 1 ] &&
+    ok "var-assign data in program order (the default STATE_VAR_ORDER)" || fail "var-assign data not in program order"
+
+# stopped after 15 steps, then run again to 30: it continues
+state "$tmp/cut" 15 && rm "$tmp/cut/results/"*.eval.json && state "$tmp/cut" 30 ||
+    fail "stopped and continued runs" "$(tail -n 20 "$tmp/cut.log")"
+grep -q "continuing at step 15" "$tmp/cut.log" && ok "the second run says where it continues" ||
+    fail "no 'continuing at step 15'" "$(tail -n 5 "$tmp/cut.log")"
+for t in s5 var; do
+    if cmp -s "$tmp/whole/$t-s11/t2mlr.run/latest/model.safetensors" "$tmp/cut/$t-s11/t2mlr.run/latest/model.safetensors" &&
+        [ "$(cut -d, -f1,2,4 "$tmp/whole/results/$t.t2mlr.s11.curve.jsonl")" = "$(cut -d, -f1,2,4 "$tmp/cut/results/$t.t2mlr.s11.curve.jsonl")" ]; then
+        ok "$t: stopped at 15 and continued, the same weights and curve (steps, stages, tokens) as one run to 30"
+    else
+        fail "$t: the continued run differs from the whole run" "$(diff "$tmp/whole/results/$t.t2mlr.s11.curve.jsonl" "$tmp/cut/results/$t.t2mlr.s11.curve.jsonl" | head -5)"
+    fi
+done
+echo "$((n - fails)) of $n checks passed"
+[ "$fails" -eq 0 ]
