@@ -260,11 +260,12 @@ state_model() { # task model seed
     [ -s "$out.eval.json" ] && return 0
     local kind=none dm=64 ff=256 stages="1 2 3 4 5" final=5 chunk=${STATE_CHUNK:-250} ends="360 540 720 900"
     [ "$m" = t2mlr ] && kind=t2mlr
+    [ "$m" = lrt ] && kind=lrt
     [ "$t" = s5 ] && { dm=128 ff=512 stages="4 8 16" final=16 chunk=${STATE_CHUNK:-500} ends="600 900"; }
     ends=${STATE_STAGE_CPU:-$ends}
     [ "$quick" = 1 ] && chunk=${STATE_CHUNK:-5}
     "$PY" - "$d/$m.config.json" "$(json_field "$d/train$final.json" vocab_size)" "$kind" $dm $ff <<'PYEOF'
-import json, sys
+import json, os, sys
 path, vocab, kind, d, ff = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
      "hidden_size": d, "intermediate_size": ff, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -274,6 +275,9 @@ c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act":
 if kind == "t2mlr":
     c["latent_recurrence"] = {"type": "t2mlr", "l_start": 1, "l_end": 2, "cache_residual": True,
                               "cache_norm_clamp": 5.0, "cache_norm_eps": 1e-6, "recur_on_prompt": True}
+elif kind == "lrt":
+    c["latent_recurrence"] = {"type": "lrt", "source_layer": int(os.environ.get("STATE_LRT_SOURCE", "2")),
+                              "inject_start": 1, "inject_end": 2}
 json.dump(c, open(path, "w"), indent=1)
 PYEOF
     local step=0 si=0 wall0
@@ -288,7 +292,8 @@ PYEOF
         log "$t/$m (seed $s): continuing at step $step (stage $prev_stage)"
     else
         rm -rf "$d/$m.init" "$d/$m.run" "$out.curve.jsonl" "$d/$m.train.log"
-        "$latent" init --config "$d/$m.config.json" --out "$d/$m.init" --seed "$s" --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 2>/dev/null
+        "$latent" init --config "$d/$m.config.json" --out "$d/$m.init" --seed "$s" --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 \
+            --gamma "${STATE_LRT_GAMMA:-0.1}" 2>/dev/null
     fi
     local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --lr 2e-3 --beta1 0.9 --beta2 0.98 --weight-decay 0.1
         --warmup 100 --lr-schedule constant --grad-clip 1 --seed "$s" --threads 1 --precision "$precision"
@@ -296,10 +301,10 @@ PYEOF
     local stage rec D status args
     local st=($stages) en=($ends) runner=()
     [ "${NP:-1}" -gt 1 ] && runner=(mpirun -np "$NP" --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo)
-    # plain follows the T2MLR run of its task and seed where that has finished:
-    # the same stages, ended at the same steps, and the same number of steps
+    # plain and LRT follow the T2MLR run of their task and seed where that has
+    # finished: the same stages, ended at the same steps, the same step count
     local stage_steps=${STATE_STAGE_STEPS:-} max_steps=$state_max_steps
-    if [ "$m" = plain ] && [ -z "$stage_steps" ] && [ -s "$work/results/$t.t2mlr.s$s.eval.json" ]; then
+    if [ "$m" != t2mlr ] && [ -z "$stage_steps" ] && [ -s "$work/results/$t.t2mlr.s$s.eval.json" ]; then
         read -r max_steps stage_steps < <("$PY" - "$work/results/$t.t2mlr.s$s.curve.jsonl" <<'PYEOF'
 import json, sys
 cv = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -313,6 +318,7 @@ PYEOF
         D=$rec; [ "$t" = var ] && D=8
         args=("${base[@]}" --data "$d/train$stage.bin" --seq "$rec" --steps $((step + chunk)))
         [ "$m" = t2mlr ] && args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4)
+        [ "$m" = lrt ] && args+=(--mode lrt --lrt-subsets "${STATE_LRT_S:-$rec}")
         if [ "$step" = 0 ]; then args+=(--model "$d/$m.init"); else args+=(--resume); fi
         echo "latent train ${args[*]}" >>"$d/$m.train.log"
         # the chunk's CPU seconds (user + system) of the training process

@@ -21,6 +21,7 @@ import sys
 COLORS = {"plain": "#7f7f7f", "t2mlr": "#d62728", "t2mlr-adaptive": "#ff9896", "lrt": "#1f77b4"}
 LABELS = {"plain": "plain transformer", "t2mlr": "T2MLR, Jacobi fixed D",
           "t2mlr-adaptive": "T2MLR, adaptive Jacobi", "lrt": "LRT"}
+SHORT = {"plain": "plain", "t2mlr": "T2MLR", "t2mlr-adaptive": "T2MLR adaptive", "lrt": "LRT"}
 
 
 def load(path):
@@ -332,7 +333,7 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
     for task in ("s5", "var"):
         if task not in runs:
             continue
-        order = {"plain": 0, "t2mlr": 1}
+        order = {"plain": 0, "t2mlr": 1, "lrt": 2}
         rr = sorted(runs[task], key=lambda ms: (order.get(ms[0], 9), ms[1]))
         seeds = sorted({s for _, s in rr})
         lines += ["### %s" % STATE_TITLES[task], ""]
@@ -353,7 +354,7 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
             y = [(c["tokens"], state_metric(task, c["final_acc"])[0]) for c in cv]
             ys = [(c["train_s"], state_metric(task, c["final_acc"])[0]) for c in cv]
             ycpu = [(c["cpu_s"], state_metric(task, c["final_acc"])[0]) for c in cv]
-            lab = "%s, seed %d" % ("plain" if model == "plain" else "T2MLR", seed)
+            lab = "%s, seed %d" % (SHORT[model], seed)
             tok_series.append((model, seeds.index(seed), lab, y))
             sec_series.append((model, seeds.index(seed), lab, ys))
             cpu_series.append((model, seeds.index(seed), lab, ycpu))
@@ -383,10 +384,10 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
                 total[model] = total.get(model, 0) + 1
         if task == "var":
             for (model, seed), a5 in finals.items():
-                if model == "t2mlr" and os.path.exists(os.path.join(res, "var.t2mlr.s%d.eval.json" % seed)):
+                if model != "plain" and os.path.exists(os.path.join(res, "var.%s.s%d.eval.json" % (model, seed))):
                     p = finals.get(("plain", seed), float("nan"))
-                    reached["t2mlr"] = reached.get("t2mlr", 0) + (a5 >= 0.9 and a5 - p >= 0.3)
-                    total["t2mlr"] = total.get("t2mlr", 0) + 1
+                    reached[model] = reached.get(model, 0) + (a5 >= 0.9 and a5 - p >= 0.3)
+                    total[model] = total.get(model, 0) + 1
         lines.append("")
         if task == "s5":
             said = ["%s: %s in %d of %d finished seeds" % (LABELS[m], "mean over positions 1-16 at most 0.3" if m == "plain"
@@ -435,7 +436,7 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
             for c in (json.loads(l) for l in open(os.path.join(res, "%s.%s.s%d.curve.jsonl" % (task, model, seed))) if l.strip()):
                 a, b = state_metric(task, c["final_acc"])
                 lines.append("| %s | %d | %d | %d | %d | %.0f | %.0f | %.0f | %.3f | %s | %s |" % (
-                    "plain" if model == "plain" else "T2MLR", seed, c["step"], c["stage"], c["tokens"], c["cpu_s"], c["train_s"],
+                    SHORT[model], seed, c["step"], c["stage"], c["tokens"], c["cpu_s"], c["train_s"],
                     c["wall_s"], c["loss"], fmt(a), fmt(b)))
         lines += ["", "</details>", ""]
     page = os.path.join(out, "experiments.md")
