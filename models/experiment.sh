@@ -231,8 +231,8 @@ EOF
 # interrupted chunk are not counted).
 state_data() { # task seed dir
     local t=$1 s=$2 d=$3 n k
-    local order=${STATE_VAR_ORDER:-program}
-    [ "$t" = var ] || order=""
+    local order=${STATE_VAR_ORDER:-program} lines=${STATE_VAR_LINES:-0}
+    [ "$t" = var ] && order="$order lines$lines" || order=""
     [ "$(cat "$d/data.done" 2>/dev/null)" = "ok${order:+ $order}" ] && return 0
     mkdir -p "$d"
     case $t in
@@ -243,11 +243,18 @@ state_data() { # task seed dir
         done
         "$latent" data group --group s5 --len 32 --n-records 500 --seed $((s * 100 + 99)) --out "$d/test32" 2>/dev/null ;;
     var)
+        # stage k: depths 1..k; with STATE_VAR_LINES=1 also fewer lines at
+        # first (digit variables 2k, distractors 2(k-1), up to the task's 8
+        # and 6), records just long enough: 16, 36, 56, 76, 80 tokens
+        local nb=8 nd=6 len=80
         for k in 1 2 3 4 5; do
-            "$latent" data var-assign --min-depth 1 --max-depth $k --record-len 80 --n-records $n_train --seed $((s * 100 + k)) \
-                --order "$order" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
-            "$latent" data var-assign --min-depth 1 --max-depth $k --record-len 80 --n-records 1000 --seed $((s * 100 + k + 50)) \
-                --order "$order" --out "$d/test$k" 2>/dev/null
+            if [ "$lines" = 1 ]; then
+                nb=$((2 * k > 8 ? 8 : 2 * k)); nd=$((2 * k - 2 > 6 ? 6 : 2 * k - 2)); len=$((4 * (nb + k + nd) + 4))
+            fi
+            "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $len \
+                --n-records $n_train --seed $((s * 100 + k)) --order "${order% *}" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
+            "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $len \
+                --n-records 1000 --seed $((s * 100 + k + 50)) --order "${order% *}" --out "$d/test$k" 2>/dev/null
         done ;;
     *) echo "experiment: STATE_TASKS: s5 or var ($t)" >&2; exit 2 ;;
     esac
