@@ -34,6 +34,8 @@ static const char *help =
     "    --n-base N         variables set to a digit (8); --distractors N extra aliases (6)\n"
     "    --order shuffled|program   lines in any order (default), or as a program:\n"
     "                       every variable assigned on a line before its use\n"
+    "    --queries Q        Q queries a record (1): first Q-1 \"v?d;\" of random\n"
+    "                       variables, each answer scored, then the task's query\n"
     "\n"
     "Common: --record-len L, --tokenizer-out DIR (writes DIR/tokenizer.json with the\n"
     "task's symbols, for `latent init --tokenizer DIR`), --show K (print the first\n"
@@ -100,7 +102,8 @@ static int task_opt(int argc, char **argv, int *i, data_args *a, int *bad) {
          opt_int(argc, argv, i, "--max-depth", 0, 200, &t->max_depth, bad) ||
          opt_int(argc, argv, i, "--depth", 0, 200, &a->depth, bad) ||
          opt_int(argc, argv, i, "--n-base", 1, 200, &t->n_base, bad) ||
-         opt_int(argc, argv, i, "--distractors", 0, 200, &t->n_distractors, bad)))
+         opt_int(argc, argv, i, "--distractors", 0, 200, &t->n_distractors, bad) ||
+         opt_int(argc, argv, i, "--queries", 1, 200, &t->n_queries, bad)))
         return 1;
     return 0;
 }

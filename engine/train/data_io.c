@@ -74,6 +74,7 @@ static json_t *task_json(const latent_task *t) {
         json_object_set_new(o, "max_depth", json_integer(t->max_depth));
         json_object_set_new(o, "n_distractors", json_integer(t->n_distractors));
         json_object_set_new(o, "program_order", json_integer(t->program_order));
+        json_object_set_new(o, "n_queries", json_integer(t->n_queries));
     }
     return o;
 }
@@ -246,6 +247,7 @@ int latent_dataset_load(latent_dataset *d, const char *bin_path, latent_err *err
     t->max_depth = json_int_field(o, "max_depth", t->max_depth);
     t->n_distractors = json_int_field(o, "n_distractors", t->n_distractors);
     t->program_order = json_int_field(o, "program_order", 0);
+    t->n_queries = json_int_field(o, "n_queries", 1);
     d->record_len = json_int_field(o, "record_len", 0);
     d->n_records = json_int_field(o, "n_records", 0);
     d->seed = (uint64_t)json_int_field(o, "seed", 0);

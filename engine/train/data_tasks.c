@@ -35,6 +35,7 @@ void latent_task_defaults(latent_task *t, latent_task_kind kind) {
     t->n_base = 8;
     t->min_depth = t->max_depth = 2;
     t->n_distractors = 6;
+    t->n_queries = 1;
 }
 
 const char *latent_task_kind_name(latent_task_kind k) {
@@ -78,6 +79,7 @@ int latent_task_check(const latent_task *t, latent_err *err) {
         if (t->n_base < 1 || t->n_base > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --n-base must be 1..200 (got %d)", t->n_base);
         if (t->min_depth < 0 || t->max_depth < t->min_depth || t->max_depth > 200)
             return latent_err_set(err, LATENT_E_INVALID, "data: need 0 <= --min-depth <= --max-depth <= 200 (got %d, %d)", t->min_depth, t->max_depth);
+        if (t->n_queries < 1 || t->n_queries > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --queries must be 1..200 (got %d)", t->n_queries);
         if (t->n_distractors < 0 || t->n_distractors > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --distractors must be 0..200 (got %d)", t->n_distractors);
         if (t->n_base + t->max_depth + t->n_distractors > 26 * 26)
             return latent_err_set(err, LATENT_E_INVALID, "data: at most 676 variables (two-letter names)");
@@ -208,7 +210,7 @@ static int record_len_needed(const latent_task *t) {
     }
     case LATENT_TASK_VAR: {
         int nl = var_name_len(t), lines = t->n_base + t->max_depth + t->n_distractors;
-        return 1 + lines * (2 * nl + 2) + nl + 2;
+        return 1 + lines * (2 * nl + 2) + (t->n_queries - 1) * (nl + 3) + nl + 2;
     }
     case LATENT_TASK_RAW: return 2;
     }
@@ -351,6 +353,15 @@ static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
         else put_name(r, nl, names[rhs[a]]);
         put(r, V_SEMI);
     }
+    for (int i = 1; i < t->n_queries; i++) { /* extra queries: any variable, answer scored */
+        int v = rand_below(rng, n_vars), x = v;
+        while (rhs[x] >= 0) x = rhs[x];
+        put_name(r, nl, names[v]);
+        put(r, V_QUERY);
+        put(r, V_DIGIT + (uint32_t)(-1 - rhs[x]));
+        r->mask[r->len - 1] = 1;
+        put(r, V_SEMI);
+    }
     put_name(r, nl, names[query]);
     put(r, V_QUERY);
     put(r, V_DIGIT + (uint32_t)digit);
@@ -453,8 +464,12 @@ static int var_depth(const uint32_t *tok, int len) {
         int name = 0, nlen = 0;
         while (p < len && tok[p] >= V_LETTER && tok[p] < V_END) name = name * 26 + (int)(tok[p++] - V_LETTER), nlen++;
         if (nlen == 0 || nlen > 2 || p >= len) return -1;
-        if (tok[p] == V_QUERY) {
+        if (tok[p] == V_QUERY) { /* an extra query "v ? d ;", or the task's last one */
             query = name;
+            if (p + 2 < len && tok[p + 2] == V_SEMI) {
+                p += 3;
+                continue;
+            }
             break;
         }
         if (tok[p++] != V_EQ || p >= len) return -1;

@@ -38,6 +38,9 @@ typedef struct latent_task {
     int n_base;           /* variables set to a digit */
     int min_depth, max_depth; /* alias hops from the query to a digit, uniform */
     int n_distractors;    /* extra alias lines not on the query's chain */
+    int n_queries;        /* queries per record (1); all but the last are
+                             "v ? d ;" of random variables, each answer scored:
+                             a denser training signal, the last is the task's */
     int program_order;    /* 1: each line after the line of the variable it names
                              (a program: no use before assignment); 0: any order */
 } latent_task;

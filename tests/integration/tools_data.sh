@@ -28,6 +28,36 @@ if "$latent" data var-assign --depth 2 --n-records 5 --seed 1 --order sorted --o
     fail "data var-assign --order sorted is refused" "exit 0"
 elif grep -q -- "--order must be shuffled or program" "$tmp/err"; then ok "data var-assign --order sorted is refused"
 else fail "data var-assign --order sorted is refused" "$(cat "$tmp/err")"; fi
+run "data var-assign --queries 4" -- "$latent" data var-assign --min-depth 1 --max-depth 5 --queries 4 --n-records 200 --seed 9 --order program --out "$tmp/varq"
+# --queries 4: three "v ? d ;" before the task's query, every answer the
+# digit its variable's chain ends at, and each of the four scored
+if out=$("$PY" - "$tmp" <<'EOF'
+import json, os, sys
+import numpy as np
+tmp = sys.argv[1]
+meta = json.load(open(os.path.join(tmp, "varq.json")))
+L = meta["record_len"]
+tok = np.fromfile(os.path.join(tmp, "varq.bin"), dtype="<u4")
+mask = np.fromfile(os.path.join(tmp, "varq.mask"), dtype="u1")
+assert meta["n_queries"] == 4 and L == 1 + 4 * 19 + 3 * 4 + 3, meta
+for r in range(meta["n_records"]):
+    rec, m = [int(x) for x in tok[r * L:(r + 1) * L]], mask[r * L:(r + 1) * L]
+    val, p = {}, 1
+    while rec[p + 1] == 3:
+        val[rec[p]] = rec[p + 2]; p += 4
+    scored = []
+    while p < L and rec[p] != 0:
+        name, q, ans = rec[p:p + 3]
+        assert q == 5, rec
+        x = name
+        while val[x] >= 16: x = val[x]
+        assert ans == val[x], rec
+        scored.append(p + 2); p += 4
+    assert len(scored) == 4 and [i for i in range(L) if m[i]] == scored, (scored, rec)
+EOF
+); then ok "var-assign --queries 4: each answer the chain's digit, all four scored"
+else fail "var-assign --queries 4" "$out"; fi
+
 # --order program: no line uses a variable before the line assigning it, and
 # the answer is the chain's digit; the default order has such uses (parsed
 # here from the tokens, independently of the generator).
