@@ -314,6 +314,13 @@ static void program_order(latent_rng *rng, const int *rhs, int *order, int n) {
     free(ready);
 }
 
+/* The digit variable v resolves to, following its aliases (rhs: >= 0 an
+ * alias of that variable, < 0 the digit -1-rhs). */
+static int resolve_digit(const int *rhs, int v) {
+    while (rhs[v] >= 0) v = rhs[v];
+    return -1 - rhs[v];
+}
+
 static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
     const int nl = var_name_len(t), space = nl == 1 ? 26 : 676;
     int depth = rand_range(rng, t->min_depth, t->max_depth);
@@ -337,9 +344,7 @@ static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
         int v = chain + depth + i;
         rhs[v] = rand_below(rng, v); /* an earlier variable: never a cycle */
     }
-    int v = query, digit;
-    while (rhs[v] >= 0) v = rhs[v];
-    digit = -1 - rhs[v];
+    int digit = resolve_digit(rhs, query);
     if (t->program_order) program_order(rng, rhs, order, n_vars);
     else {
         for (int i = 0; i < n_vars; i++) order[i] = i;
@@ -354,11 +359,10 @@ static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
         put(r, V_SEMI);
     }
     for (int i = 1; i < t->n_queries; i++) { /* extra queries: any variable, answer scored */
-        int v = rand_below(rng, n_vars), x = v;
-        while (rhs[x] >= 0) x = rhs[x];
+        int v = rand_below(rng, n_vars);
         put_name(r, nl, names[v]);
         put(r, V_QUERY);
-        put(r, V_DIGIT + (uint32_t)(-1 - rhs[x]));
+        put(r, V_DIGIT + (uint32_t)resolve_digit(rhs, v));
         r->mask[r->len - 1] = 1;
         put(r, V_SEMI);
     }
@@ -453,24 +457,22 @@ const char *latent_task_bucket_name(const latent_task *t) {
     return "position";
 }
 
-/* var-assign: the alias hops from the query of a record to a digit (-1 if the
- * record does not parse or the chain does not end). */
-static int var_depth(const uint32_t *tok, int len) {
-    enum { MAXV = 676 };
-    int rhs[MAXV]; /* -2 unknown, -1 digit, else alias */
-    for (int i = 0; i < MAXV; i++) rhs[i] = -2;
-    int p = 1, query = -1;
+/* var-assign: a record's program, parsed: rhs[name] is -2 (unassigned), -1 (a
+ * digit) or the name it aliases. 0, or -1 if the record does not parse. */
+enum { VAR_MAX_NAMES = 676 };
+static int var_program(const uint32_t *tok, int len, int *rhs) {
+    for (int i = 0; i < VAR_MAX_NAMES; i++) rhs[i] = -2;
+    int p = 1;
     while (p < len) {
         int name = 0, nlen = 0;
         while (p < len && tok[p] >= V_LETTER && tok[p] < V_END) name = name * 26 + (int)(tok[p++] - V_LETTER), nlen++;
         if (nlen == 0 || nlen > 2 || p >= len) return -1;
         if (tok[p] == V_QUERY) { /* an extra query "v ? d ;", or the task's last one */
-            query = name;
             if (p + 2 < len && tok[p + 2] == V_SEMI) {
                 p += 3;
                 continue;
             }
-            break;
+            return 0;
         }
         if (tok[p++] != V_EQ || p >= len) return -1;
         if (tok[p] >= V_DIGIT && tok[p] < V_LETTER) {
@@ -484,11 +486,20 @@ static int var_depth(const uint32_t *tok, int len) {
         }
         if (p >= len || tok[p++] != V_SEMI) return -1;
     }
-    if (query < 0) return -1;
+    return -1; /* no final query */
+}
+
+/* The alias hops from the query whose answer is at position `at` ("v ? d")
+ * to a digit; -1 if it has no query name or its chain does not end. */
+static int var_query_depth(const uint32_t *tok, int at, const int *rhs) {
+    int p = at - 1, name = 0, scale = 1;
+    if (p < 1 || tok[p] != V_QUERY) return -1;
+    while (p - 1 >= 1 && tok[p - 1] >= V_LETTER && tok[p - 1] < V_END && scale <= 26)
+        name += (int)(tok[--p] - V_LETTER) * scale, scale *= 26;
+    if (scale == 1) return -1;
     int depth = 0;
-    for (int v = query; rhs[v] != -1; v = rhs[v]) {
-        if (rhs[v] == -2 || ++depth > MAXV) return -1;
-    }
+    for (int v = name; rhs[v] != -1; v = rhs[v])
+        if (rhs[v] == -2 || ++depth > VAR_MAX_NAMES) return -1;
     return depth;
 }
 
@@ -498,8 +509,8 @@ int latent_task_targets(const latent_dataset *d, int r, latent_target *out, int 
     const size_t off = (size_t)r * L;
     const uint32_t *tok = d->tokens + off, *lab = d->labels ? d->labels + off : tok;
     const uint8_t *mask = d->mask + off;
-    int n = 0, pipe = -1, actions = 0, depth = 0;
-    if (t->kind == LATENT_TASK_VAR) depth = var_depth(tok, L);
+    int n = 0, pipe = -1, actions = 0, rhs[VAR_MAX_NAMES], parsed = 0;
+    if (t->kind == LATENT_TASK_VAR) parsed = var_program(tok, L, rhs) == 0;
     for (int p = 1; p < L; p++) {
         if (t->kind == LATENT_TASK_S5R) {
             if (tok[p - 1] == R_PIPE && pipe < 0) pipe = p - 1;
@@ -513,7 +524,7 @@ int latent_task_targets(const latent_dataset *d, int r, latent_target *out, int 
             x.kind = tok[p - 1] == R_SLOT ? 1 : 0;
             x.bucket = actions;
             break;
-        case LATENT_TASK_VAR: x.bucket = depth; break;
+        case LATENT_TASK_VAR: x.bucket = parsed ? var_query_depth(tok, p, rhs) : -1; break;
         case LATENT_TASK_RAW: x.bucket = p; break;
         }
         if (n < cap) out[n] = x;

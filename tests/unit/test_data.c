@@ -166,30 +166,59 @@ static void check_s5r(int dict_size, int value_len) {
     latent_dataset_free(&d);
 }
 
-static void check_var(int n_base, int min_depth, int max_depth, int distractors) {
+/* The alias hops from `name` to a digit in the parsed lines; checks the digit
+ * is `want` and the chain ends. */
+static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, char want, int r) {
+    char cur[3];
+    snprintf(cur, 3, "%.2s", name);
+    for (int depth = 0; depth < 700; depth++) {
+        int j = 0;
+        while (j < n && strcmp(names[j], cur)) j++;
+        CHECK(j < n, "var: %s undefined", cur);
+        if (j == n) return -1;
+        if (rhs[j][0] >= '0' && rhs[j][0] <= '9') {
+            CHECK(rhs[j][0] == want, "var: record %d answer %c, resolved %c", r, want, rhs[j][0]);
+            return depth;
+        }
+        snprintf(cur, 3, "%.2s", rhs[j]);
+    }
+    CHECK(0, "var: cycle");
+    return -1;
+}
+
+/* Records re-parsed as text ("name=rhs;" lines, n_queries - 1 "name?d;"
+ * queries, then "name?d"): every answer resolves, the task's query has a
+ * depth in range, and each target's bucket is its own query's depth. */
+static void check_var(int n_base, int min_depth, int max_depth, int distractors, int n_queries) {
     latent_task t;
     latent_task_defaults(&t, LATENT_TASK_VAR);
     t.n_base = n_base, t.min_depth = min_depth, t.max_depth = max_depth, t.n_distractors = distractors;
+    t.n_queries = n_queries;
     latent_dataset d;
     latent_err err;
     CHECK(latent_data_generate(&t, 11, 200, 0, &d, &err) == 0, "var: %s", err.msg);
     check_layout("var", &d);
     CHECK(!d.labels && !d.flow, "var: LM format");
     const int L = d.record_len;
-    int depth_seen[64] = {0};
+    int depth_seen[64] = {0}, extra_depth_seen[64] = {0};
     for (int r = 0; r < d.n_records; r++) {
         const uint32_t *tok = d.tokens + (size_t)r * L;
-        /* re-parse as text: "name=rhs;" ... "name?" digit */
         char text[4096];
         size_t tl = 0;
         for (int p = 1; p < L && tok[p] != LATENT_DATA_PAD; p++) tl += (size_t)snprintf(text + tl, sizeof text - tl, "%s", name_of(&t, tok[p]));
-        char names[700][3], rhs[700][3];
-        int n = 0;
+        char names[700][3], rhs[700][3], queries[64][6];
+        int n = 0, nq = 0;
         char *s = text, *q;
         while ((q = strchr(s, ';'))) {
             *q = 0;
-            char *eq = strchr(s, '=');
-            CHECK(eq && eq - s <= 2, "var: line '%s'", s);
+            char *eq = strchr(s, '='), *qm = strchr(s, '?');
+            if (qm) { /* an extra query: "name?d" */
+                CHECK(!eq && qm - s <= 2 && qm[1] >= '0' && qm[1] <= '9' && !qm[2] && nq < 63, "var: query '%s'", s);
+                snprintf(queries[nq++], 6, "%.5s", s);
+                s = q + 1;
+                continue;
+            }
+            CHECK(eq && eq - s <= 2 && nq == 0, "var: line '%s'", s);
             if (!eq) break;
             *eq = 0;
             snprintf(names[n], 3, "%.2s", s);
@@ -198,33 +227,32 @@ static void check_var(int n_base, int min_depth, int max_depth, int distractors)
             n++;
             s = q + 1;
         }
+        CHECK(nq == n_queries - 1, "var: %d extra queries", nq);
         char *qm = strchr(s, '?');
         CHECK(qm && qm[1] >= '0' && qm[1] <= '9' && !qm[2], "var: query '%s'", s);
-        if (!qm) continue;
-        *qm = 0;
-        char cur[3];
-        snprintf(cur, 3, "%.2s", s);
-        int depth = 0;
-        for (;;) {
-            int j = 0;
-            while (j < n && strcmp(names[j], cur)) j++;
-            CHECK(j < n, "var: %s undefined", cur);
-            if (j == n) break;
-            if (rhs[j][0] >= '0' && rhs[j][0] <= '9') {
-                CHECK(rhs[j][0] == qm[1], "var: record %d answer %c, resolved %c", r, qm[1], rhs[j][0]);
-                break;
-            }
-            snprintf(cur, 3, "%.2s", rhs[j]);
-            CHECK(++depth < 700, "var: cycle");
+        if (!qm || nq > 62) continue;
+        snprintf(queries[nq++], 6, "%.5s", s);
+        latent_target tg[64];
+        CHECK(latent_task_targets(&d, r, tg, 64) == nq, "var: record %d: not %d targets", r, nq);
+        int depth = -1;
+        for (int k = 0; k < nq; k++) {
+            char *m = strchr(queries[k], '?');
+            char want = m[1];
+            *m = 0;
+            depth = var_resolve(names, rhs, n, queries[k], want, r);
+            if (depth < 0) break;
+            if (k + 1 < nq) extra_depth_seen[depth < 63 ? depth : 63]++;
+            CHECK(tg[k].bucket == depth && d.mask[(size_t)r * L + tg[k].pos] && tok[tg[k].pos] == tg[k].want &&
+                  name_of(&t, tok[tg[k].pos])[0] == want,
+                  "var: record %d target %d (bucket %d, depth %d)", r, k, tg[k].bucket, depth);
         }
+        if (depth < 0) continue;
         CHECK(n == n_base + depth + distractors, "var: %d lines for depth %d", n, depth);
         CHECK(depth >= min_depth && depth <= max_depth, "var: depth %d", depth);
         depth_seen[depth]++;
-        latent_target tg[4];
-        CHECK(latent_task_targets(&d, r, tg, 4) == 1 && tg[0].bucket == depth && d.mask[(size_t)r * L + tg[0].pos] &&
-              tok[tg[0].pos] == tg[0].want, "var: target (bucket %d, depth %d)", tg[0].bucket, depth);
     }
     CHECK(depth_seen[min_depth] && depth_seen[max_depth], "var: depths %d and %d occur", min_depth, max_depth);
+    if (n_queries > 1) CHECK(extra_depth_seen[0] && extra_depth_seen[1], "var: extra queries at depths 0 and 1");
     latent_dataset_free(&d);
 }
 
@@ -337,9 +365,11 @@ int main(void) {
     check_s5r(0, 1);
     check_s5r(120, 2);
     check_s5r(20, 1);
-    check_var(8, 0, 5, 6);
-    check_var(8, 3, 3, 0);
-    check_var(20, 1, 10, 10); /* two-letter names */
+    check_var(8, 0, 5, 6, 1);
+    check_var(8, 3, 3, 0, 1);
+    check_var(20, 1, 10, 10, 1); /* two-letter names */
+    check_var(8, 1, 5, 6, 8);    /* extra queries: each bucketed by its own depth */
+    check_var(20, 1, 6, 10, 4);
     check_files_and_tokenizer();
     check_refusals();
     return tu_finish("test_data");
