@@ -30,7 +30,8 @@
 #        REPLICATES (seeds run again for the report's table over seeds:
 #        "2 3 4 5" in the canonical run, 2 with QUICK, none otherwise),
 #        REPLICATE_TASKS (s3), REPLICATE_MODELS ("plain t2mlr"), LATENT
-#        (build/latent), PYTHON
+#        (build/latent), PYTHON, PRECISION (f32 or bf16; default bf16 where
+#        the CPU has bf16 instructions)
 set -euo pipefail
 # The whole script is one block, parsed before it runs: bash reads a script
 # as it goes, and a run of hours must not pick up an edit made meanwhile.
@@ -99,6 +100,7 @@ log() { printf '[experiment %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 precision=f32
 grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && precision=bf16 || true
 grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && precision=bf16 || true
+precision=${PRECISION:-$precision}
 
 # ---- data: one directory per task, with its tokenizer --------------------------
 make_data() { # task
@@ -327,7 +329,7 @@ PYEOF
         [ "$m" = t2mlr ] && args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4)
         [ "$m" = lrt ] && args+=(--mode lrt --lrt-subsets "${STATE_LRT_S:-$rec}")
         if [ "$step" = 0 ]; then args+=(--model "$d/$m.init"); else args+=(--resume); fi
-        echo "latent train ${args[*]}" >>"$d/$m.train.log"
+        echo "${runner[*]}${runner:+ }latent train ${args[*]}" >>"$d/$m.train.log"
         # the chunk's CPU seconds (user + system) of the training process
         /usr/bin/time -f "%U %S" -o "$d/$m.cpu" "${runner[@]}" "$latent" train "${args[@]}" >>"$d/$m.train.log" 2>&1 </dev/null ||
             { log "$t/$m/s$s: training failed, see $d/$m.train.log"; return 1; }

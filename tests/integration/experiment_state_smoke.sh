@@ -5,12 +5,14 @@
 # bit for bit, as a run that was never stopped (the stage ends pinned with
 # STATE_STAGE_STEPS, so that CPU time does not decide them). The numbers are
 # not evidence (docs/experiments.md, "State tracking", has the full runs).
+# Under mpirun (NP=2) the S5 recipe gives the single process's curve and
+# weights.
 # env: LATENT_BUILD, LATENT_ROOT, PYTHON.
 set -u
 . "$(dirname "$0")/../harness.sh" experiment_state
 
-state() { # WORK MAX_STEPS
-    STATE=1 QUICK=1 STATE_TASKS="s5 var" STATE_MODELS=t2mlr STATE_SEEDS=11 STATE_STAGE_STEPS="10 15 20 25" \
+state() { # WORK MAX_STEPS [TASKS [NP]]; env PRECISION
+    PRECISION="${PRECISION:-}" STATE=1 QUICK=1 STATE_TASKS="${3:-s5 var}" NP="${4:-1}" STATE_MODELS=t2mlr STATE_SEEDS=11 STATE_STAGE_STEPS="10 15 20 25" \
         STATE_MAX_STEPS=$2 STATE_BUDGET=1000 JOBS=2 WORK="$1" LATENT="$latent" PYTHON="$PY" \
         bash "$root/models/experiment.sh" >>"$1.log" 2>&1
 }
@@ -37,5 +39,37 @@ for t in s5 var; do
         fail "$t: the continued run differs from the whole run" "$(diff "$tmp/whole/results/$t.t2mlr.s11.curve.jsonl" "$tmp/cut/results/$t.t2mlr.s11.curve.jsonl" | head -5)"
     fi
 done
+
+# `make experiment-long NP=2`: each chunk under mpirun on 2 ranks gives the
+# single process's run: the same curve of steps and stages, weights equal to
+# summation-order rounding (docs/training.md, "Data parallel"). In f32 for
+# both: bf16 operands turn a rounding-level weight difference into a bf16
+# rounding step, which would hide a real difference in that noise.
+if ! command -v mpirun >/dev/null || [ ! -f "$build/latent-mpi.so" ]; then
+    fail "mpirun or $build/latent-mpi.so missing (make test installs openmpi-bin and libopenmpi-dev)"
+elif PRECISION=f32 state "$tmp/np1" 30 s5 1 && PRECISION=f32 state "$tmp/np2" 30 s5 2; then
+    REF=$ref "$PY" - "$tmp/np1" "$tmp/np2" <<'PYEOF' && ok "NP=2: S5 under mpirun, the single process's curve and weights" || fail "NP=2 differs from one process"
+import json, os, sys
+sys.path.insert(0, os.environ['REF'])
+import numpy as np
+from safetensors_py import read_model_dir
+a, b = sys.argv[1], sys.argv[2]
+ca = [json.loads(l) for l in open(a + '/results/s5.t2mlr.s11.curve.jsonl')]
+cb = [json.loads(l) for l in open(b + '/results/s5.t2mlr.s11.curve.jsonl')]
+assert [(x['step'], x['stage'], x['tokens']) for x in ca] == [(x['step'], x['stage'], x['tokens']) for x in cb], 'curves differ'
+ta = read_model_dir(a + '/s5-s11/t2mlr.run/latest')
+tb = read_model_dir(b + '/s5-s11/t2mlr.run/latest')
+t0 = read_model_dir(a + '/s5-s11/t2mlr.init')
+wd = max(float(np.max(np.abs(ta[k].astype(np.float64) - tb[k]))) for k in ta)
+moved = max(float(np.max(np.abs(ta[k].astype(np.float64) - t0[k]))) for k in ta)
+print('NP=2 against one process: %d curve lines; weights differ by %.2e at most, training moved them up to %.2e'
+      % (len(ca), wd, moved))
+assert wd <= 1e-3, 'weights differ by %g' % wd  # train_mpi.sh's AdamW bound
+last = json.loads(open(b + '/s5-s11/t2mlr.run/train.jsonl').read().splitlines()[-1])
+assert 'allreduce_s' in last, 'the NP=2 run did not train under mpirun'
+PYEOF
+else
+    fail "NP=1/NP=2 runs failed" "$(tail -n 20 "$tmp/np2.log")"
+fi
 echo "$((n - fails)) of $n checks passed"
 [ "$fails" -eq 0 ]
