@@ -210,7 +210,10 @@ EOF
 # per chunk: step, stage, training tokens, training seconds, accuracies),
 # .eval.json (final `latent eval`; s5 also .eval32.json, twice the length).
 # The report (models/tools/experiment_report.py --state) goes to WORK/report.
-# env: STATE_TASKS ("s5 var"), STATE_MODELS ("t2mlr plain"), STATE_SEEDS
+# env: STATE_TASKS ("s5 var"), STATE_MODELS ("t2mlr plain"; also lrt, with
+#      STATE_LRT_SOURCE (3: the memory from the last block, the LRT search of
+#      docs/experiments.md), STATE_LRT_GAMMA (0.1), STATE_LRT_S (the record
+#      length)), STATE_SEEDS
 #      ("11 12 13"), STATE_BUDGET, STATE_MAX_STEPS, STATE_CHUNK (s5 500, var 250),
 #      STATE_STAGE_STEPS (the steps at which the stages end, e.g. "11500 13500":
 #      a control run on the schedule another run took; criteria then unused;
@@ -285,7 +288,7 @@ if kind == "t2mlr":
     c["latent_recurrence"] = {"type": "t2mlr", "l_start": 1, "l_end": 2, "cache_residual": True,
                               "cache_norm_clamp": 5.0, "cache_norm_eps": 1e-6, "recur_on_prompt": True}
 elif kind == "lrt":
-    c["latent_recurrence"] = {"type": "lrt", "source_layer": int(os.environ.get("STATE_LRT_SOURCE", "2")),
+    c["latent_recurrence"] = {"type": "lrt", "source_layer": int(os.environ.get("STATE_LRT_SOURCE", "3")),
                               "inject_start": 1, "inject_end": 2}
 json.dump(c, open(path, "w"), indent=1)
 PYEOF
