@@ -132,23 +132,9 @@ run_model() { # task model
     rec=$(json_field "$d/train.json" record_len)
     local D=$rec
     [ "$t" = var ] && D=16 # 76-token records: D = T would cost 5x the group tasks' budget
-    local cfg="$d/$m.config.json" kind=none
+    local cfg="$d/$m.config.json" kind=plain
     case $m in t2mlr*) kind=t2mlr ;; lrt) kind=lrt ;; esac
-    "$PY" - "$cfg" "$vocab" "$kind" <<'EOF'
-import json, sys
-path, vocab, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-     "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-     "num_key_value_heads": 4, "vocab_size": max(16, vocab), "max_position_embeddings": 256,
-     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True,
-     "bos_token_id": 1, "eos_token_id": 2}
-if kind == "t2mlr":
-    c["latent_recurrence"] = {"type": "t2mlr", "l_start": 1, "l_end": 2, "cache_residual": True,
-                              "cache_norm_clamp": 5.0, "cache_norm_eps": 1e-6, "recur_on_prompt": True}
-elif kind == "lrt":
-    c["latent_recurrence"] = {"type": "lrt", "source_layer": 2, "inject_start": 1, "inject_end": 2}
-json.dump(c, open(path, "w"), indent=1)
-EOF
+    "$PY" models/tools/experiment_config.py "$cfg" "$vocab" "$kind"
     local s=$steps
     [ "$t" = var ] && s=$var_steps
     local args=(--model "$d/$m.init" --data "$d/train.bin" --out "$d/$m.run" --seq "$rec" --batch 32 --steps "$s"
@@ -270,28 +256,14 @@ state_model() { # task model seed
     local t=$1 m=$2 s=$3
     local d="$work/$t-s$s" out="$work/results/$t.$m.s$s"
     [ -s "$out.eval.json" ] && return 0
-    local kind=none dm=64 ff=256 stages="1 2 3 4 5" final=5 chunk=${STATE_CHUNK:-250} ends="360 540 720 900"
+    local kind=plain dm=64 ff=256 stages="1 2 3 4 5" final=5 chunk=${STATE_CHUNK:-250} ends="360 540 720 900"
     [ "$m" = t2mlr ] && kind=t2mlr
     [ "$m" = lrt ] && kind=lrt
     [ "$t" = s5 ] && { dm=128 ff=512 stages="4 8 16" final=16 chunk=${STATE_CHUNK:-500} ends="600 900"; }
     ends=${STATE_STAGE_CPU:-$ends}
     [ "$quick" = 1 ] && chunk=${STATE_CHUNK:-5}
-    "$PY" - "$d/$m.config.json" "$(json_field "$d/train$final.json" vocab_size)" "$kind" $dm $ff <<'PYEOF'
-import json, os, sys
-path, vocab, kind, d, ff = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-     "hidden_size": d, "intermediate_size": ff, "num_hidden_layers": 4, "num_attention_heads": 4,
-     "num_key_value_heads": 4, "vocab_size": max(16, vocab), "max_position_embeddings": 256,
-     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True,
-     "bos_token_id": 1, "eos_token_id": 2}
-if kind == "t2mlr":
-    c["latent_recurrence"] = {"type": "t2mlr", "l_start": 1, "l_end": 2, "cache_residual": True,
-                              "cache_norm_clamp": 5.0, "cache_norm_eps": 1e-6, "recur_on_prompt": True}
-elif kind == "lrt":
-    c["latent_recurrence"] = {"type": "lrt", "source_layer": int(os.environ.get("STATE_LRT_SOURCE", "3")),
-                              "inject_start": 1, "inject_end": 2}
-json.dump(c, open(path, "w"), indent=1)
-PYEOF
+    "$PY" models/tools/experiment_config.py "$d/$m.config.json" "$(json_field "$d/train$final.json" vocab_size)" "$kind" \
+        --d $dm --ff $ff --lrt-source "${STATE_LRT_SOURCE:-3}"
     local step=0 si=0 wall0
     wall0=$(date +%s.%N)
     if [ -s "$out.curve.jsonl" ] && [ -d "$d/$m.run/latest" ]; then

@@ -16,15 +16,7 @@ rec=$(python3 -c "import json;print(json.load(open('$d/train.json'))['record_len
 run() { # name gamma source start end S
   local n=$1 g=$2 src=$3 a=$4 b=$5 S=$6
   [ -s $W/$n.eval.json ] && return 0
-  python3 - $W/$n.config.json $vocab $src $a $b <<'PY'
-import json,sys
-p,v,src,a,b=sys.argv[1],int(sys.argv[2]),int(sys.argv[3]),int(sys.argv[4]),int(sys.argv[5])
-c={"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_act":"silu","hidden_size":64,"intermediate_size":256,
- "num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":4,"vocab_size":max(16,v),"max_position_embeddings":256,
- "rms_norm_eps":1e-5,"rope_theta":10000.0,"tie_word_embeddings":True,"bos_token_id":1,"eos_token_id":2,
- "latent_recurrence":{"type":"lrt","source_layer":src,"inject_start":a,"inject_end":b}}
-json.dump(c,open(p,"w"),indent=1)
-PY
+  python3 models/tools/experiment_config.py $W/$n.config.json $vocab lrt --lrt-source $src --lrt-inject $a,$b
   rm -rf $W/$n.init $W/$n.run
   $L init --config $W/$n.config.json --out $W/$n.init --seed $SEED --tokenizer $d/tok --gamma $g 2>/dev/null
   local t0=$(date +%s)
