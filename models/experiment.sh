@@ -199,7 +199,7 @@ EOF
 # env: STATE_TASKS ("s5 var"), STATE_MODELS ("t2mlr plain"; also lrt, with
 #      STATE_LRT_SOURCE (3: the memory from the last block, the LRT search of
 #      docs/experiments.md), STATE_LRT_GAMMA (0.1), STATE_LRT_S (the record
-#      length)), STATE_SEEDS
+#      length)), STATE_STD (the init's standard deviation, 0.02), STATE_SEEDS
 #      ("11 12 13"), STATE_BUDGET, STATE_MAX_STEPS, STATE_CHUNK (s5 500, var 250),
 #      STATE_STAGE_STEPS (the steps at which the stages end, e.g. "11500 13500":
 #      a control run on the schedule another run took; criteria then unused;
@@ -277,6 +277,7 @@ state_model() { # task model seed
     else
         rm -rf "$d/$m.init" "$d/$m.run" "$out.curve.jsonl" "$d/$m.train.log"
         "$latent" init --config "$d/$m.config.json" --out "$d/$m.init" --seed "$s" --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 \
+            --std "${STATE_STD:-0.02}" \
             --gamma "${STATE_LRT_GAMMA:-0.1}" 2>/dev/null
     fi
     local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --lr 2e-3 --beta1 0.9 --beta2 0.98 --weight-decay 0.1
