@@ -13,15 +13,14 @@ usage: ref_curve.py membership PREFIX N SEED
            prints "step loss accuracy seconds" every 25 steps (loss and
            accuracy of the step's own batch).
 
-The batch is packed into one sequence with a block-diagonal causal mask (the
-reference's attention masks by position only), so the block is written out
-here with the reference's operations; everything else is the reference's.
+The forward and the loss are the reference's own (seq_plain, ce_sum,
+mean_of), a sequence at a time; only the optimizer is written here.
 """
 import json, os, sys, time
 import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'tests', 'ref'))
 import train_reference as R
-from train_reference import V, vsum, vexp, recip, concat, transpose, rmsnorm, linear, rope
+from train_reference import V
 
 LETTER, QUERY, DIGIT = 16, 5, 6  # `latent data var-assign`'s ids (engine/train/data_tasks.c)
 
@@ -51,49 +50,21 @@ def train(model_dir, prefix, T, B, steps, lr):
     ids = np.fromfile(prefix + '.bin', dtype='<u4').astype(np.int64)
     smask = np.fromfile(prefix + '.mask', dtype=np.uint8)
     n_rec = (len(ids) - 1) // T
-    pos = np.tile(np.arange(T), B)
-    seq = np.repeat(np.arange(B), T)
-    amask = ((seq[None, :] == seq[:, None]) & (pos[None, :] <= pos[:, None])).astype(np.float64)
-
-    def attention(q, k, v):
-        grp, outs = m.nh // m.nkv, []
-        for h in range(m.nh):
-            g = h // grp
-            s = (q[:, h * m.hd:(h + 1) * m.hd] @ transpose(k[:, g * m.hd:(g + 1) * m.hd])) * (1.0 / np.sqrt(m.hd))
-            mx = np.where(amask > 0, s.v, -np.inf).max(axis=1, keepdims=True)
-            e = vexp(s * amask - mx + (amask - 1.0) * 1e4) * amask
-            outs.append((e * recip(vsum(e, axis=1, keepdims=True))) @ v[:, g * m.hd:(g + 1) * m.hd])
-        return concat(outs, axis=1)
-
-    def logits(tok):
-        x = m.W('model.embed_tokens.weight')[tok]
-        for i in range(m.L):
-            P = 'model.layers.%d.' % i
-            h = rmsnorm(x, m.W(P + 'input_layernorm.weight'), m.eps)
-            q = rope(linear(h, m.W(P + 'self_attn.q_proj.weight')), pos, m.nh, m.hd, m.theta)
-            k = rope(linear(h, m.W(P + 'self_attn.k_proj.weight')), pos, m.nkv, m.hd, m.theta)
-            x = x + linear(attention(q, k, linear(h, m.W(P + 'self_attn.v_proj.weight'))), m.W(P + 'self_attn.o_proj.weight'))
-            h = rmsnorm(x, m.W(P + 'post_attention_layernorm.weight'), m.eps)
-            g, u = linear(h, m.W(P + 'mlp.gate_proj.weight')), linear(h, m.W(P + 'mlp.up_proj.weight'))
-            x = x + linear(g * R.sigmoid(g) * u, m.W(P + 'mlp.down_proj.weight'))
-        return rmsnorm(x, m.W('model.norm.weight'), m.eps) @ transpose(m.lm_head())
-
+    pos = list(range(T))
     mom = {k: np.zeros_like(p.v) for k, p in m.p.items()}
     vel = {k: np.zeros_like(p.v) for k, p in m.p.items()}
     rng, t0 = np.random.default_rng(1), time.time()
     for step in range(1, steps + 1):
         recs = rng.integers(0, n_rec, B)
-        tok = np.concatenate([ids[r * T:r * T + T] for r in recs])
-        tgt = np.concatenate([ids[r * T + 1:r * T + T + 1] for r in recs])
-        scored = np.concatenate([smask[r * T + 1:r * T + T + 1] for r in recs]).astype(bool)
         for p in m.p.values():
             p.g = None
-        lg = logits(tok)
-        mx = lg.v.max(axis=1, keepdims=True)
-        onehot = np.zeros(lg.shape)
-        onehot[np.arange(len(tgt)), tgt] = 1
-        nll = R.vlog(vsum(vexp(lg - mx), axis=1, keepdims=True)) + mx - vsum(lg * onehot, axis=1, keepdims=True)
-        loss = vsum(nll * scored[:, None].astype(np.float64)) * (1.0 / scored.sum())
+        parts, right = [], 0
+        for r in recs:  # the reference's own forward and loss, a sequence at a time
+            tgt, scored = ids[r * T + 1:r * T + T + 1], smask[r * T + 1:r * T + T + 1].astype(bool)
+            lg = R.seq_plain(m, ids[r * T:r * T + T], pos)
+            parts.append(R.ce_sum(lg, tgt, scored))
+            right += int((lg.v.argmax(axis=1)[scored] == tgt[scored]).sum())
+        loss = R.mean_of(parts)
         R.backward(loss)
         grads = {k: (p.g if p.g is not None else np.zeros_like(p.v)) for k, p in m.p.items()}
         norm = float(np.sqrt(sum(float((g * g).sum()) for g in grads.values())))
@@ -104,7 +75,7 @@ def train(model_dir, prefix, T, B, steps, lr):
             vel[k] = 0.98 * vel[k] + 0.02 * g * g
             m.p[k] = V(p.v - rate * (mom[k] / (1 - 0.9 ** step)) / (np.sqrt(vel[k] / (1 - 0.98 ** step)) + 1e-8))
         if step % 25 == 0:
-            acc = float((lg.v.argmax(axis=1)[scored] == tgt[scored]).mean())
+            acc = right / max(1, sum(c for _, c in parts))
             print(step, round(float(loss.v), 4), round(acc, 3), round(time.time() - t0, 1), flush=True)
 
 
