@@ -184,10 +184,22 @@ EOF
 #        advance when every position of the stage's test set is >= 0.95, or at
 #        50% / 75% of the budget. d 128, 4 blocks, 4 heads, FFN 512; T2MLR over
 #        blocks 1..2, Jacobi D = the record length, gradient through the last 4.
-#   var  depth curriculum: alias depths 1..k, k = 1 .. 5 (80-token records
-#        throughout); advance when the mean over depths 1..k is >= 0.9, or at
-#        30/45/60/75% of the budget. d 64, 4 blocks, FFN 256; T2MLR over
-#        blocks 1..2, Jacobi D 8, gradient through 4 (the paper's D/B here).
+#   var  first the lookup stages (depth 0: "a=3;b=7;...;b?" with 2 digit
+#        variables, then 8; advance at depth-0 accuracy >= 0.9, or at 400 CPU
+#        s; done at >= 0.95 with 8, or at 600 CPU s), one plain run per seed
+#        (model "lookup") from which every model forks: plain from its weights,
+#        T2MLR and LRT from them with the recurrence added by `latent retrofit`
+#        (the same function at the start), each with a fresh optimizer; its
+#        curve is the first lines of theirs and its CPU seconds count in their
+#        budget. Then the depth curriculum: alias depths 1..k, k = 1 .. 5;
+#        advance when the mean over depths 1..k is >= 0.9, or 120/240/360/480
+#        CPU s after the lookup's end. Training records hold 8 queries (each
+#        answer scored; 108 tokens at k = 5), test records one (80 tokens).
+#        The probes of docs/experiments.md found both halves necessary.
+#        STATE_VAR_LOOKUP=0: the earlier recipe (no lookup stages, one query
+#        a record, stage ends at 360/540/720/900 CPU s).
+#        d 64, 4 blocks, FFN 256; T2MLR over blocks 1..2, Jacobi D 8,
+#        gradient through 4 (the paper's D/B here).
 # A run stops after STATE_BUDGET CPU seconds of `latent train` (1200: 20
 # minutes of one core, --threads 1; evaluations not counted; CPU time rather
 # than wall time so that other jobs on a shared machine do not shrink the
@@ -206,8 +218,11 @@ EOF
 #      by default a plain run takes the finished T2MLR run's of its task and
 #      seed, stage ends and steps, so the two see the same data);
 #      STATE_STAGE_CPU (the CPU seconds at which a stage ends if its
-#      criterion is not met: s5 "600 900", var "360 540 720 900", i.e. 50/75%
-#      and 30/45/60/75% of the 20-minute budget, also when the budget grows);
+#      criterion is not met: s5 "600 900", i.e. 50/75% of the 20-minute
+#      budget, also when the budget grows; var as above);
+#      STATE_VAR_LOOKUP (1: the lookup stages; 0: without, as above),
+#      STATE_VAR_LOOKUP_BUDGET (600: CPU s of the lookup run at most),
+#      STATE_VAR_LOOKUP_STEPS (its steps at most; QUICK: 20);
 #      STATE_VAR_ORDER: program (default: every variable assigned before its
 #      use, as in a program and the paper's task) or shuffled (lines in any
 #      order: uses before assignment, which the first runs had);
@@ -222,8 +237,8 @@ EOF
 # interrupted chunk are not counted).
 state_data() { # task seed dir
     local t=$1 s=$2 d=$3 n k
-    local order=${STATE_VAR_ORDER:-program} lines=${STATE_VAR_LINES:-0}
-    [ "$t" = var ] && order="$order lines$lines" || order=""
+    local order=${STATE_VAR_ORDER:-program} lines=${STATE_VAR_LINES:-0} lookup=${STATE_VAR_LOOKUP:-1}
+    [ "$t" = var ] && order="$order lines$lines lookup$lookup" || order=""
     [ "$(cat "$d/data.done" 2>/dev/null)" = "ok${order:+ $order}" ] && return 0
     mkdir -p "$d"
     case $t in
@@ -236,16 +251,28 @@ state_data() { # task seed dir
     var)
         # stage k: depths 1..k; with STATE_VAR_LINES=1 also fewer lines at
         # first (digit variables 2k, distractors 2(k-1), up to the task's 8
-        # and 6), records just long enough: 16, 36, 56, 76, 80 tokens
-        local nb=8 nd=6 len=80
+        # and 6), records just long enough: 16, 36, 56, 76, 80 tokens. The
+        # lookup recipe trains on Q = 8 queries a record (7 more lines of 4
+        # tokens, each answer scored) and first on the lookup stages: depth
+        # 0 with 2 and then 8 digit variables. Test sets: one query a record.
+        local nb=8 nd=6 len=80 q=1 K
+        if [ "$lookup" = 1 ]; then
+            q=8
+            for K in 2 8; do
+                "$latent" data var-assign --depth 0 --n-base $K --distractors 0 --queries 8 --order "${order%% *}" \
+                    --n-records $n_train --seed $((s * 100 + 10 + K)) --out "$d/trainL$K" --tokenizer-out "$d/tok" 2>/dev/null
+                "$latent" data var-assign --depth 0 --n-base $K --distractors 0 --order "${order%% *}" \
+                    --n-records 1000 --seed $((s * 100 + 60 + K)) --out "$d/testL$K" 2>/dev/null
+            done
+        fi
         for k in 1 2 3 4 5; do
             if [ "$lines" = 1 ]; then
                 nb=$((2 * k > 8 ? 8 : 2 * k)); nd=$((2 * k - 2 > 6 ? 6 : 2 * k - 2)); len=$((4 * (nb + k + nd) + 4))
             fi
+            "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $((len + 4 * (q - 1))) \
+                --queries $q --n-records $n_train --seed $((s * 100 + k)) --order "${order%% *}" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
             "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $len \
-                --n-records $n_train --seed $((s * 100 + k)) --order "${order% *}" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
-            "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $len \
-                --n-records 1000 --seed $((s * 100 + k + 50)) --order "${order% *}" --out "$d/test$k" 2>/dev/null
+                --n-records 1000 --seed $((s * 100 + k + 50)) --order "${order%% *}" --out "$d/test$k" 2>/dev/null
         done ;;
     *) echo "experiment: STATE_TASKS: s5 or var ($t)" >&2; exit 2 ;;
     esac
@@ -257,28 +284,63 @@ state_model() { # task model seed
     local d="$work/$t-s$s" out="$work/results/$t.$m.s$s"
     [ -s "$out.eval.json" ] && return 0
     local kind=plain dm=64 ff=256 stages="1 2 3 4 5" final=5 chunk=${STATE_CHUNK:-250} ends="360 540 720 900"
+    local budget=$state_budget lookup=0 from="" step0=0 cpu0=0 own_max=$state_max_steps
     [ "$m" = t2mlr ] && kind=t2mlr
     [ "$m" = lrt ] && kind=lrt
     [ "$t" = s5 ] && { dm=128 ff=512 stages="4 8 16" final=16 chunk=${STATE_CHUNK:-500} ends="600 900"; }
+    if [ "$t" = var ] && [ "${STATE_VAR_LOOKUP:-1}" = 1 ]; then
+        lookup=1
+        if [ "$m" = lookup ]; then
+            # the shared lookup stages; the runs of every model fork from its weights
+            # (400 and 600 CPU s, fixed: a longer budget gives the same lookup run)
+            stages="L2 L8" ends=400 budget=${STATE_VAR_LOOKUP_BUDGET:-600} own_max=${STATE_VAR_LOOKUP_STEPS:-$state_max_steps}
+            [ "$quick" = 1 ] && { ends=1; budget=${STATE_VAR_LOOKUP_BUDGET:-2}; own_max=${STATE_VAR_LOOKUP_STEPS:-20}; }
+        else
+            from="$work/results/$t.lookup.s$s"
+            [ -s "$from.eval.json" ] || { log "$t/$m/s$s: no lookup run to start from ($from)"; return 1; }
+            read -r step0 cpu0 < <("$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(l["step"], l["cpu_s"])' "$from.curve.jsonl")
+            # a depth stage ends, criterion unmet, 120/240/360/480 CPU s after
+            # the lookup run's end (fixed, as s5's: the long run is this one continued)
+            ends=$("$PY" -c 'import sys; c = float(sys.argv[1]); print(" ".join("%.0f" % (c + x) for x in (120, 240, 360, 480)))' "$cpu0")
+        fi
+    fi
     ends=${STATE_STAGE_CPU:-$ends}
     [ "$quick" = 1 ] && chunk=${STATE_CHUNK:-5}
     "$PY" models/tools/experiment_config.py "$d/$m.config.json" "$(json_field "$d/train$final.json" vocab_size)" "$kind" \
         --d $dm --ff $ff --lrt-source "${STATE_LRT_SOURCE:-3}"
     local step=0 si=0 wall0
     wall0=$(date +%s.%N)
-    if [ -s "$out.curve.jsonl" ] && [ -d "$d/$m.run/latest" ]; then
+    # a fork continues only from the lookup run it forked from
+    local forked_here=1
+    [ -z "$from" ] || [ "$(head -n "$(wc -l <"$from.curve.jsonl")" "$out.curve.jsonl" 2>/dev/null)" = "$(cat "$from.curve.jsonl")" ] || forked_here=0
+    if [ -s "$out.curve.jsonl" ] && [ -d "$d/$m.run/latest" ] && [ $forked_here = 1 ]; then
         # continue a stopped run from its last curve line
         local prev_stage prev_wall next
         read -r step prev_stage prev_wall next < <("$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(l["step"], l["stage"], l["wall_s"], l.get("next", "stay"))' "$out.curve.jsonl")
+        step=$((step - step0))
         for x in $stages; do [ "$x" = "$prev_stage" ] && break; si=$((si + 1)); done
         [ "$next" = advance ] && si=$((si + 1))
         wall0=$("$PY" -c "import sys; print(float(sys.argv[1]) - float(sys.argv[2]))" "$wall0" "$prev_wall")
-        log "$t/$m (seed $s): continuing at step $step (stage $prev_stage)"
+        log "$t/$m (seed $s): continuing at step $((step + step0)) (stage $prev_stage)"
     else
         rm -rf "$d/$m.init" "$d/$m.run" "$out.curve.jsonl" "$d/$m.train.log"
-        "$latent" init --config "$d/$m.config.json" --out "$d/$m.init" --seed "$s" --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 \
-            --std "${STATE_STD:-0.02}" \
-            --gamma "${STATE_LRT_GAMMA:-0.1}" 2>/dev/null
+        if [ -n "$from" ]; then
+            # the same weights for every model: the lookup run's, the
+            # recurrence added so that the model starts as exactly that
+            # function (latent retrofit); its curve is the start of this one
+            case $m in
+            t2mlr) "$latent" retrofit --model "$d/lookup.run/latest" --t2mlr 1,2 --out "$d/$m.init" --seed "$s" 2>/dev/null ;;
+            lrt) "$latent" retrofit --model "$d/lookup.run/latest" --lrt "${STATE_LRT_SOURCE:-3},1,2" --out "$d/$m.init" --seed "$s" 2>/dev/null ;;
+            *) mkdir -p "$d/$m.init"
+               cp "$d/lookup.run/latest/"{config.json,model.safetensors,tokenizer.json,tokenizer_config.json} "$d/$m.init/" ;;
+            esac
+            cp "$from.curve.jsonl" "$out.curve.jsonl"
+            wall0=$("$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(float(sys.argv[2]) - l["wall_s"])' "$from.curve.jsonl" "$wall0")
+        else
+            "$latent" init --config "$d/$m.config.json" --out "$d/$m.init" --seed "$s" --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 \
+                --std "${STATE_STD:-0.02}" \
+                --gamma "${STATE_LRT_GAMMA:-0.1}" 2>/dev/null
+        fi
     fi
     local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --lr 2e-3 --beta1 0.9 --beta2 0.98 --weight-decay 0.1
         --warmup 100 --lr-schedule constant --grad-clip 1 --seed "$s" --threads 1 --precision "$precision"
@@ -288,12 +350,14 @@ state_model() { # task model seed
     [ "${NP:-1}" -gt 1 ] && runner=(mpirun -np "$NP" --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo)
     # plain and LRT follow the T2MLR run of their task and seed where that has
     # finished: the same stages, ended at the same steps, the same step count
-    local stage_steps=${STATE_STAGE_STEPS:-} max_steps=$state_max_steps
-    if [ "$m" != t2mlr ] && [ -z "$stage_steps" ] && [ -s "$work/results/$t.t2mlr.s$s.eval.json" ]; then
+    local stage_steps=${STATE_STAGE_STEPS:-} max_steps=$((own_max + step0))  # steps of its own, after the lookup run's
+    if [ "$m" != t2mlr ] && [ "$m" != lookup ] && [ -z "$stage_steps" ] && [ -s "$work/results/$t.t2mlr.s$s.eval.json" ]; then
         read -r max_steps stage_steps < <("$PY" - "$work/results/$t.t2mlr.s$s.curve.jsonl" <<'PYEOF'
 import json, sys
 cv = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(cv[-1]["step"], " ".join(str(cv[i]["step"]) for i in range(len(cv) - 1) if cv[i + 1]["stage"] != cv[i]["stage"]))
+# the stage ends after the shared lookup stages (L2, L8): the fork's own
+print(cv[-1]["step"], " ".join(str(cv[i]["step"]) for i in range(len(cv) - 1)
+                               if cv[i + 1]["stage"] != cv[i]["stage"] and not str(cv[i]["stage"]).startswith("L")))
 PYEOF
 )
     fi
@@ -314,11 +378,11 @@ PYEOF
         "$latent" eval --model "$d/$m.run/latest" --data "$d/test$final.bin" --json --bucket-width 1 >"$d/$m.ev_final.json" 2>/dev/null
         # a curve line; prints "advance", "stop" or "stay"
         status=$("$PY" - "$d/$m.run/train.jsonl" "$d/$m.ev_stage.json" "$d/$m.ev_final.json" "$out.curve.jsonl" \
-            "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$state_budget" "$max_steps" "$d/$m.cpu" \
+            "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$budget" "$max_steps" "$d/$m.cpu" \
             "${en[$si]:-1e30}" "$((si + 1 < ${#st[@]} ? 1 : 0))" "$(echo $stage_steps | cut -d' ' -f$((si + 1)))" \
-            "${STATE_UNTIL_TARGET:-0}" <<'PYEOF'
+            "${STATE_UNTIL_TARGET:-0}" "$step0" <<'PYEOF'
 import json, os, sys
-(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, end_cpu, more, at, until) = sys.argv[1:]
+(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, end_cpu, more, at, until, step0) = sys.argv[1:]
 rows = [json.loads(l) for l in open(jl) if l.strip()]
 prev = [json.loads(l) for l in open(curve)] if os.path.exists(curve) else []
 tok0, sec0, cpu0 = (prev[-1]["tokens"], prev[-1]["train_s"], prev[-1]["cpu_s"]) if prev else (0, 0.0, 0.0)
@@ -329,7 +393,8 @@ def acc(path):
     ev = json.load(open(path))
     return {str(r["from"]): round(r["accuracy"], 4) for r in ev["rows"] if r["from"] == r["to"]}
 sa, fa = acc(es), acc(ef)
-line = {"step": rows[-1]["step"], "stage": int(stage), "loss": round(sum(r["loss"] for r in new) / len(new), 4),
+lookup = stage.startswith("L")  # var's lookup stages L2, L8: depth 0, scored in bucket 0
+line = {"step": int(step0) + rows[-1]["step"], "stage": stage if lookup else int(stage), "loss": round(sum(r["loss"] for r in new) / len(new), 4),
         "tokens": tok0 + bt * len(new), "train_s": round(sec0 + sum(bt / r["tokens_per_s"] for r in new), 1),
         "cpu_s": round(cpu0 + cpu, 1),
         "wall_s": round(float(now) - float(wall0), 1), "stage_acc": sa, "final_acc": fa}
@@ -337,6 +402,8 @@ def target_met(acc):  # the issue's targets, on the final stage's test set
     if task == "s5":
         return min(acc.values()) >= 0.95
     return acc.get("5", 0) >= 0.9
+def lookup_met(acc, level):  # a lookup stage's criterion: depth 0 answered
+    return acc.get("0", 0) >= level
 # the curriculum's decision is kept in the line, so that a run stopped here
 # and continued takes the same one
 if more == "1" and at:
@@ -344,9 +411,11 @@ if more == "1" and at:
 elif more == "1":
     if task == "s5":
         met = min(sa.values()) >= 0.95
+    elif lookup:
+        met = lookup_met(sa, 0.9)
     else:
         k = int(stage)
-        v = [a for x, a in sa.items() if int(x) <= k]
+        v = [a for x, a in sa.items() if 1 <= int(x) <= k]
         met = sum(v) / len(v) >= 0.9
     line["next"] = "advance" if met or line["cpu_s"] >= float(end_cpu) else "stay"
 else:
@@ -355,6 +424,8 @@ open(curve, "a").write(json.dumps(line) + "\n")
 if line["cpu_s"] >= float(budget) or line["step"] >= int(max_steps):
     print("stop")
 elif more == "0" and until == "1" and target_met(fa):
+    print("stop")
+elif more == "0" and lookup and lookup_met(sa, 0.95):  # the lookup run ends when its last stage is learnt
     print("stop")
 else:
     print(line["next"])
@@ -366,7 +437,7 @@ PYEOF
     "$latent" eval --model "$d/$m.run/latest" --data "$d/test$final.bin" --json --bucket-width 1 >"$out.eval.tmp" 2>/dev/null
     [ "$t" = s5 ] && "$latent" eval --model "$d/$m.run/latest" --data "$d/test32.bin" --json --bucket-width 1 >"$out.eval32.json" 2>/dev/null
     mv "$out.eval.tmp" "$out.eval.json"
-    log "$t/$m (seed $s): $step steps, $(tail -n 1 "$out.curve.jsonl" | "$PY" -c 'import json,sys; l=json.load(sys.stdin); print("%.0f CPU s of training (%.0f s wall), final stage %d" % (l["cpu_s"], l["train_s"], l["stage"]))')"
+    log "$t/$m (seed $s): $step steps, $(tail -n 1 "$out.curve.jsonl" | "$PY" -c 'import json,sys; l=json.load(sys.stdin); print("%.0f CPU s of training (%.0f s wall), final stage %s" % (l["cpu_s"], l["train_s"], l["stage"]))')"
 }
 
 if [ "${STATE:-0}" = 1 ]; then
@@ -384,6 +455,15 @@ if [ "${STATE:-0}" = 1 ]; then
     log "state: ${state_tasks}; ${state_models}; seeds ${state_seeds}; budget ${state_budget} s of training per model; precision $precision"
     for t in $state_tasks; do for s in $state_seeds; do state_data "$t" "$s" "$work/$t-s$s"; done; done
     failed=0
+    # var's shared lookup stages first: every model of a seed forks from them
+    if [ "${STATE_VAR_LOOKUP:-1}" = 1 ] && [[ " $state_tasks " = *" var "* ]]; then
+        for s in $state_seeds; do
+            throttle "$jobs"
+            state_model var lookup "$s" &
+        done
+        throttle 1
+        [ $failed = 0 ] || { log "a run failed"; exit 1; }
+    fi
     for t in $state_tasks; do
         for s in $state_seeds; do
             for m in $state_models; do

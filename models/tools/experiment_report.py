@@ -217,7 +217,9 @@ def main():
 
 # ---- `make experiment-state` (experiment.sh STATE=1): curricula for S5 and variable assignment ----
 STATE_TITLES = {"s5": "S5 word problem, length curriculum 4 -> 8 -> 16",
-                "var": "Variable assignment, depth curriculum 1 -> 5"}
+                "var": "Variable assignment, depth curriculum 1 -> 5",
+                "var-lookup": "Variable assignment, lookup stages (depth 0; 2, then 8 digit variables) shared by the models, "
+                              "then depth curriculum 1 -> 5; 8 queries a training record"}
 SEED_DASH = ["", "6,3", "2,3", "8,2,2,2"]
 
 
@@ -321,10 +323,13 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
     os.makedirs(out, exist_ok=True)
     if "amx" not in cpu and cpu.endswith(")"):
         cpu = cpu[:-1] + "; no AMX)"
-    runs = {}
+    runs, titles = {}, dict(STATE_TITLES)
     for fn in sorted(os.listdir(res)):
         if fn.endswith(".curve.jsonl"):
             task, model, seed = fn[: -len(".curve.jsonl")].split(".")
+            if model == "lookup":  # var's shared lookup stages: the first lines of every model's curve
+                titles["var"] = STATE_TITLES["var-lookup"]
+                continue
             runs.setdefault(task, []).append((model, int(seed[1:])))
     lines = ["<!-- written by models/tools/experiment_report.py --state from %s; do not edit by hand -->" % res,
              "Machine: %s; %s run(s) at a time, one thread each (other developers' jobs shared the machine); %s products; "
@@ -336,7 +341,7 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
         order = {"plain": 0, "t2mlr": 1, "lrt": 2}
         rr = sorted(runs[task], key=lambda ms: (order.get(ms[0], 9), ms[1]))
         seeds = sorted({s for _, s in rr})
-        lines += ["### %s" % STATE_TITLES[task], ""]
+        lines += ["### %s" % titles[task], ""]
         if task == "s5":
             lines += ["| model | seed | steps | final stage | training tokens | training time | mean, 1-16 | worst position, 1-16 | mean, 17-32 | worst position, 17-32 |",
                       "|---|---|---|---|---|---|---|---|---|---|"]
@@ -374,7 +379,7 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
                 ok = (w16 >= 0.95) if model != "plain" else (m16 <= 0.3)
             else:
                 accs = [mean_acc(pts, d, d) for d in range(1, 6)]
-                lines.append("| %s | %d | %d | depth %d | %.2fM | %s | %s |" % (
+                lines.append("| %s | %d | %d | depth %s | %.2fM | %s | %s |" % (
                     LABELS[model], seed, last["step"], last["stage"], last["tokens"] / 1e6, t,
                     " | ".join(fmt(a) for a in accs[:4]) + " | " + cell(fmt(accs[4]))))
                 finals[(model, seed)] = accs[4]
@@ -428,14 +433,14 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
             svg_curves(os.path.join(out, svg), "%s: %s; %s" % (task, metric, cpu), xl, ser, chance, sc)
             lines += ["![%s against %s](%s)" % (metric, suffix, svg), ""]
         # the raw curve: every evaluation
-        lines += ["<details><summary>Every evaluation (%s)</summary>" % STATE_TITLES[task], "",
+        lines += ["<details><summary>Every evaluation (%s)</summary>" % titles[task], "",
                   "| model | seed | step | stage | tokens | training CPU s | training wall s | wall s with evals | loss | %s | %s |" %
                   (("mean, 1-16", "worst, 1-16") if task == "s5" else ("depth 5", "mean, depths 1-5")),
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for model, seed in rr:
             for c in (json.loads(l) for l in open(os.path.join(res, "%s.%s.s%d.curve.jsonl" % (task, model, seed))) if l.strip()):
                 a, b = state_metric(task, c["final_acc"])
-                lines.append("| %s | %d | %d | %d | %d | %.0f | %.0f | %.0f | %.3f | %s | %s |" % (
+                lines.append("| %s | %d | %d | %s | %d | %.0f | %.0f | %.0f | %.3f | %s | %s |" % (
                     SHORT[model], seed, c["step"], c["stage"], c["tokens"], c["cpu_s"], c["train_s"],
                     c["wall_s"], c["loss"], fmt(a), fmt(b)))
         lines += ["", "</details>", ""]

@@ -13,21 +13,43 @@ set -u
 
 state() { # WORK MAX_STEPS [TASKS [NP]]; env PRECISION
     PRECISION="${PRECISION:-}" STATE=1 QUICK=1 STATE_TASKS="${3:-s5 var}" NP="${4:-1}" STATE_MODELS=t2mlr STATE_SEEDS=11 STATE_STAGE_STEPS="10 15 20 25" \
-        STATE_MAX_STEPS=$2 STATE_BUDGET=1000 JOBS=2 WORK="$1" LATENT="$latent" PYTHON="$PY" \
+        STATE_MAX_STEPS=$2 STATE_BUDGET=1000 STATE_VAR_LOOKUP_BUDGET=1000 JOBS=2 WORK="$1" LATENT="$latent" PYTHON="$PY" \
         bash "$root/models/experiment.sh" >>"$1.log" 2>&1
 }
 if state "$tmp/whole" 30; then ok "STATE=1 QUICK=1: S5 and var-assign train and report"
 else fail "STATE=1 QUICK=1" "$(tail -n 20 "$tmp/whole.log")"; fi
-for t in s5 var; do
-    [ -s "$tmp/whole/results/$t.t2mlr.s11.eval.json" ] && [ "$(wc -l <"$tmp/whole/results/$t.t2mlr.s11.curve.jsonl")" = 6 ] &&
+# var: the lookup run's 20 steps (QUICK's STATE_VAR_LOOKUP_STEPS), then the fork's 30
+for tl in s5:6 var:10; do
+    t=${tl%:*}
+    [ -s "$tmp/whole/results/$t.t2mlr.s11.eval.json" ] && [ "$(wc -l <"$tmp/whole/results/$t.t2mlr.s11.curve.jsonl")" = "${tl#*:}" ] &&
         ok "$t: a final evaluation and a curve line per chunk of 5 steps" ||
         fail "$t: evaluation or curve missing" "$(ls "$tmp/whole/results")"
 done
+# the fork: T2MLR starts from the lookup run's weights, and its curve from the lookup's
+REF=$ref "$PY" - "$tmp/whole" <<'PYEOF' && ok "var: T2MLR forks from the lookup run (its backbone, its curve, stages L2 L8 then 1..5)" || fail "var: the fork from the lookup run"
+import json, os, sys
+sys.path.insert(0, os.environ['REF'])
+import numpy as np
+from safetensors_py import read_model_dir
+w = sys.argv[1]
+look = read_model_dir(w + '/var-s11/lookup.run/latest')
+init = read_model_dir(w + '/var-s11/t2mlr.init')
+assert all(np.array_equal(look[k], init[k]) for k in look), 'backbone differs from the lookup run'
+assert len(init) > len(look), 'no recurrent tensors added'
+lc = open(w + '/results/var.lookup.s11.curve.jsonl').read().splitlines()
+tc = open(w + '/results/var.t2mlr.s11.curve.jsonl').read().splitlines()
+assert tc[:len(lc)] == lc, 'the fork curve does not start with the lookup curve'
+stages = [json.loads(l)['stage'] for l in tc]
+assert stages[:4] == ['L2', 'L2', 'L8', 'L8'] and stages[4:] == [1, 2, 3, 4, 5, 5], stages
+steps = [json.loads(l)['step'] for l in tc]
+assert steps == list(range(5, 55, 5)), steps
+PYEOF
 [ "$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["program_order"])' "$tmp/whole/var-s11/train5.json")" = 1 ] &&
     ok "var-assign data in program order (the default STATE_VAR_ORDER)" || fail "var-assign data not in program order"
 
 # stopped after 15 steps, then run again to 30: it continues
-state "$tmp/cut" 15 && rm "$tmp/cut/results/"*.eval.json && state "$tmp/cut" 30 ||
+# (the lookup run is finished in the first: it stops at its own 20 steps)
+state "$tmp/cut" 15 && rm "$tmp/cut/results/"*.t2mlr.*.eval.json && state "$tmp/cut" 30 ||
     fail "stopped and continued runs" "$(tail -n 20 "$tmp/cut.log")"
 grep -q "continuing at step 15" "$tmp/cut.log" && ok "the second run says where it continues" ||
     fail "no 'continuing at step 15'" "$(tail -n 5 "$tmp/cut.log")"
