@@ -173,7 +173,7 @@ EOF
 }
 
 # ---- `make experiment-state` (STATE=1): S5 and variable assignment, with curricula ----
-# Issue 24. Each (task, model, seed) is one continuous AdamW run (lr 2e-3,
+# Issue 24. Each (task, model, seed) is one continuous AdamW run (lr 2e-3; var 1e-3,
 # betas 0.9/0.98, weight decay 0.1, 100 warmup steps, then constant) cut into
 # chunks of `latent train --resume` (bit-exact continuation; the data file
 # and --seq change with the stage). After every chunk `latent eval` measures
@@ -185,16 +185,19 @@ EOF
 #        50% / 75% of the budget. d 128, 4 blocks, 4 heads, FFN 512; T2MLR over
 #        blocks 1..2, Jacobi D = the record length, gradient through the last 4.
 #   var  first the lookup stages (depth 0: "a=3;b=7;...;b?" with 2 digit
-#        variables, then 8; advance at depth-0 accuracy >= 0.9, or at 400 CPU
-#        s; done at >= 0.95 with 8, or at 600 CPU s), one plain run per seed
+#        variables, then 8; advance at depth-0 accuracy >= 0.9, or at 600 CPU
+#        s; done at >= 0.95 with 8, or at 900 CPU s; lr 1e-3, as in the
+#        probes, here and in the forks), one plain run per seed
 #        (model "lookup") from which every model forks: plain from its weights,
 #        T2MLR and LRT from them with the recurrence added by `latent retrofit`
 #        (the same function at the start), each with a fresh optimizer; its
 #        curve is the first lines of theirs and its CPU seconds count in their
-#        budget. Then the depth curriculum: alias depths 1..k, k = 1 .. 5;
-#        advance when the mean over depths 1..k is >= 0.9, or 120/240/360/480
-#        CPU s after the lookup's end. Training records hold 8 queries (each
-#        answer scored; 108 tokens at k = 5), test records one (80 tokens).
+#        budget. Then the depth curriculum: alias depths 1..k, k = 1 .. 5,
+#        with 2k digit variables and 2(k-1) distractor aliases (up to the
+#        task's 8 and 6; STATE_VAR_LINES=0: 8 and 6 from the start); advance
+#        when the mean over depths 1..k is >= 0.9, or 120/240/360/480 CPU s
+#        after the lookup's end. Training records hold 8 queries (each
+#        answer scored; 108 tokens at k = 5), test records one (80 at k = 5).
 #        The probes of docs/experiments.md found both halves necessary.
 #        STATE_VAR_LOOKUP=0: the earlier recipe (no lookup stages, one query
 #        a record, stage ends at 360/540/720/900 CPU s).
@@ -221,7 +224,7 @@ EOF
 #      criterion is not met: s5 "600 900", i.e. 50/75% of the 20-minute
 #      budget, also when the budget grows; var as above);
 #      STATE_VAR_LOOKUP (1: the lookup stages; 0: without, as above),
-#      STATE_VAR_LOOKUP_BUDGET (600: CPU s of the lookup run at most),
+#      STATE_VAR_LOOKUP_BUDGET (900: CPU s of the lookup run at most),
 #      STATE_VAR_LOOKUP_STEPS (its steps at most; QUICK: 20);
 #      STATE_VAR_ORDER: program (default: every variable assigned before its
 #      use, as in a program and the paper's task) or shuffled (lines in any
@@ -237,7 +240,8 @@ EOF
 # interrupted chunk are not counted).
 state_data() { # task seed dir
     local t=$1 s=$2 d=$3 n k
-    local order=${STATE_VAR_ORDER:-program} lines=${STATE_VAR_LINES:-0} lookup=${STATE_VAR_LOOKUP:-1}
+    local order=${STATE_VAR_ORDER:-program} lookup=${STATE_VAR_LOOKUP:-1} lines
+    lines=${STATE_VAR_LINES:-$lookup} # the lookup recipe also grows the lines: 2 digit variables at depth 1
     [ "$t" = var ] && order="$order lines$lines lookup$lookup" || order=""
     [ "$(cat "$d/data.done" 2>/dev/null)" = "ok${order:+ $order}" ] && return 0
     mkdir -p "$d"
@@ -284,16 +288,16 @@ state_model() { # task model seed
     local d="$work/$t-s$s" out="$work/results/$t.$m.s$s"
     [ -s "$out.eval.json" ] && return 0
     local kind=plain dm=64 ff=256 stages="1 2 3 4 5" final=5 chunk=${STATE_CHUNK:-250} ends="360 540 720 900"
-    local budget=$state_budget lookup=0 from="" step0=0 cpu0=0 own_max=$state_max_steps
+    local budget=$state_budget lookup=0 from="" step0=0 cpu0=0 own_max=$state_max_steps lr=2e-3
     [ "$m" = t2mlr ] && kind=t2mlr
     [ "$m" = lrt ] && kind=lrt
     [ "$t" = s5 ] && { dm=128 ff=512 stages="4 8 16" final=16 chunk=${STATE_CHUNK:-500} ends="600 900"; }
     if [ "$t" = var ] && [ "${STATE_VAR_LOOKUP:-1}" = 1 ]; then
-        lookup=1
+        lookup=1 lr=1e-3 # the rate of the probes that learnt the lookup
         if [ "$m" = lookup ]; then
             # the shared lookup stages; the runs of every model fork from its weights
-            # (400 and 600 CPU s, fixed: a longer budget gives the same lookup run)
-            stages="L2 L8" ends=400 budget=${STATE_VAR_LOOKUP_BUDGET:-600} own_max=${STATE_VAR_LOOKUP_STEPS:-$state_max_steps}
+            # (600 and 900 CPU s, fixed: a longer budget gives the same lookup run)
+            stages="L2 L8" ends=600 budget=${STATE_VAR_LOOKUP_BUDGET:-900} own_max=${STATE_VAR_LOOKUP_STEPS:-$state_max_steps}
             [ "$quick" = 1 ] && { ends=1; budget=${STATE_VAR_LOOKUP_BUDGET:-2}; own_max=${STATE_VAR_LOOKUP_STEPS:-20}; }
         else
             from="$work/results/$t.lookup.s$s"
@@ -342,7 +346,7 @@ state_model() { # task model seed
                 --gamma "${STATE_LRT_GAMMA:-0.1}" 2>/dev/null
         fi
     fi
-    local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --lr 2e-3 --beta1 0.9 --beta2 0.98 --weight-decay 0.1
+    local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --lr "$lr" --beta1 0.9 --beta2 0.98 --weight-decay 0.1
         --warmup 100 --lr-schedule constant --grad-clip 1 --seed "$s" --threads 1 --precision "$precision"
         --eval-every 1000000 --keep 1)
     local stage rec D status args
