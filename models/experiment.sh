@@ -186,8 +186,9 @@ EOF
 #        blocks 1..2, Jacobi D = the record length, gradient through the last 4.
 #   var  first the lookup stages (depth 0: "a=3;b=7;...;b?" with 2 digit
 #        variables, then 8; advance at depth-0 accuracy >= 0.9, or at 600 CPU
-#        s; done at >= 0.95 with 8, or at 900 CPU s; lr 1e-3, as in the
-#        probes, here and in the forks), one plain run per seed
+#        s; done at >= 0.95 with 8, or at 900 CPU s; lr 1e-3 and f32
+#        products unless PRECISION says otherwise, as in the probes, here and
+#        in the forks), one plain run per seed
 #        (model "lookup") from which every model forks: plain from its weights,
 #        T2MLR and LRT from them with the recurrence added by `latent retrofit`
 #        (the same function at the start), each with a fresh optimizer; its
@@ -288,12 +289,14 @@ state_model() { # task model seed
     local d="$work/$t-s$s" out="$work/results/$t.$m.s$s"
     [ -s "$out.eval.json" ] && return 0
     local kind=plain dm=64 ff=256 stages="1 2 3 4 5" final=5 chunk=${STATE_CHUNK:-250} ends="360 540 720 900"
-    local budget=$state_budget lookup=0 from="" step0=0 cpu0=0 own_max=$state_max_steps lr=2e-3
+    local budget=$state_budget lookup=0 from="" step0=0 cpu0=0 own_max=$state_max_steps lr=2e-3 prec=$precision
     [ "$m" = t2mlr ] && kind=t2mlr
     [ "$m" = lrt ] && kind=lrt
     [ "$t" = s5 ] && { dm=128 ff=512 stages="4 8 16" final=16 chunk=${STATE_CHUNK:-500} ends="600 900"; }
     if [ "$t" = var ] && [ "${STATE_VAR_LOOKUP:-1}" = 1 ]; then
-        lookup=1 lr=1e-3 # the rate of the probes that learnt the lookup
+        # the rate and the precision of the probes that learnt the lookup (a
+        # bf16 lookup run stayed on the plateau to step 14,500, docs/experiments.md)
+        lookup=1 lr=1e-3 prec=${PRECISION:-f32}
         if [ "$m" = lookup ]; then
             # the shared lookup stages; the runs of every model fork from its weights
             # (600 and 900 CPU s, fixed: a longer budget gives the same lookup run)
@@ -347,7 +350,7 @@ state_model() { # task model seed
         fi
     fi
     local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --lr "$lr" --beta1 0.9 --beta2 0.98 --weight-decay 0.1
-        --warmup 100 --lr-schedule constant --grad-clip 1 --seed "$s" --threads 1 --precision "$precision"
+        --warmup 100 --lr-schedule constant --grad-clip 1 --seed "$s" --threads 1 --precision "$prec"
         --eval-every 1000000 --keep 1)
     local stage rec D status args
     local st=($stages) en=($ends) runner=()
@@ -456,7 +459,9 @@ if [ "${STATE:-0}" = 1 ]; then
         work=${WORK:-build/experiment-state}
     fi
     mkdir -p "$work/results"
-    log "state: ${state_tasks}; ${state_models}; seeds ${state_seeds}; budget ${state_budget} s of training per model; precision $precision"
+    prec_said=$precision
+    [ -z "${PRECISION:-}" ] && [ "${STATE_VAR_LOOKUP:-1}" = 1 ] && [[ " $state_tasks " = *" var "* ]] && prec_said="$precision (var-assign: f32)"
+    log "state: ${state_tasks}; ${state_models}; seeds ${state_seeds}; budget ${state_budget} s of training per model; precision $prec_said"
     for t in $state_tasks; do for s in $state_seeds; do state_data "$t" "$s" "$work/$t-s$s"; done; done
     failed=0
     # var's shared lookup stages first: every model of a seed forks from them
@@ -478,7 +483,7 @@ if [ "${STATE:-0}" = 1 ]; then
     done
     throttle 1
     [ $failed = 0 ] || { log "a run failed"; exit 1; }
-    "$PY" models/tools/experiment_report.py --state "$work/results" "$work/report" "$(machine_line)" "$jobs" "$precision" "$state_budget" "$quick"
+    "$PY" models/tools/experiment_report.py --state "$work/results" "$work/report" "$(machine_line)" "$jobs" "$prec_said" "$state_budget" "$quick"
     log "wrote $work/report/experiment-state.md and its plots"
     exit 0
 fi
