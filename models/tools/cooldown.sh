@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A learning-rate cool-down after a stalled state-recipe run (docs/experiments.md,
+# "The long recipe"): continues a copy of RUN (a `latent train` output
+# directory of models/experiment.sh's state recipe, e.g.
+# build/experiment-long/s5-s11/t2mlr.run) with `latent train --resume`,
+# CHUNK steps at each learning rate of LRS (halving from the recipe's 2e-3),
+# and after each chunk prints the accuracy per position of TEST (worst first).
+# The same data, batch, seed and Jacobi settings as the recipe's last chunk,
+# read from its train.log.
+# usage: models/tools/cooldown.sh RUN TEST OUT   env: LRS ("1e-3 5e-4 2.5e-4 1.25e-4"), CHUNK (500)
+set -eu
+cd "$(dirname "$0")/../.."
+run=$1 test=$2 out=$3 L=build/latent
+LRS=${LRS:-"1e-3 5e-4 2.5e-4 1.25e-4"} CHUNK=${CHUNK:-500}
+log=${run%.run}.train.log
+last=$(grep '^latent train --out' "$log" | tail -n 1)
+[ -n "$last" ] || { echo "cooldown: no 'latent train' line in $log" >&2; exit 2; }
+rm -rf "$out" && mkdir -p "$out" && cp -rL "$run/latest" "$out/latest" && cp "$run/train.jsonl" "$out/"
+read -r -a args <<<"${last#latent train }"
+step=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$out/latest/trainer.json")
+for lr in $LRS; do
+    step=$((step + CHUNK))
+    a=()
+    for ((i = 0; i < ${#args[@]}; i++)); do # the recipe's arguments, with the new rate, steps and output
+        case ${args[$i]} in
+        --lr | --steps | --out) i=$((i + 1)) ;;
+        *) a+=("${args[$i]}") ;;
+        esac
+    done
+    /usr/bin/time -f "%U %S" -o "$out/cpu" "$L" train "${a[@]}" --out "$out" --lr "$lr" --steps "$step" >"$out/train.log" 2>&1
+    "$L" eval --model "$out/latest" --data "$test" --json --bucket-width 1 |
+        /usr/bin/python3 -c 'import json,sys; r=[x for x in json.load(sys.stdin)["rows"] if x["from"]==x["to"]]; v=[x["accuracy"] for x in r]; print("lr %s to step %s (%s CPU s): mean %.3f, worst %.3f at %d" % (sys.argv[1], sys.argv[2], sys.argv[3], sum(v)/len(v), min(v), min(r, key=lambda x: x["accuracy"])["from"]))' "$lr" "$step" "$(awk '{print $1+$2}' "$out/cpu")"
+done
