@@ -15,7 +15,9 @@ LRS=${LRS:-"1e-3 5e-4 2.5e-4 1.25e-4"} CHUNK=${CHUNK:-500}
 log=${run%.run}.train.log
 last=$(grep '^latent train --out' "$log" | tail -n 1)
 [ -n "$last" ] || { echo "cooldown: no 'latent train' line in $log" >&2; exit 2; }
-rm -rf "$out" && mkdir -p "$out" && cp -rL "$run/latest" "$out/latest" && cp "$run/train.jsonl" "$out/"
+rm -rf "$out" && mkdir -p "$out" && cp "$run/train.jsonl" "$out/"
+ck=$(readlink "$run/latest") # the checkpoint directory, and latest pointing at it, as latent train keeps them
+cp -r "$run/$ck" "$out/" && ln -s "$ck" "$out/latest"
 read -r -a args <<<"${last#latent train }"
 step=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$out/latest/trainer.json")
 for lr in $LRS; do
