@@ -7,7 +7,8 @@
 # and after each chunk prints the accuracy per position of TEST (worst first).
 # The same data, batch, seed and Jacobi settings as the recipe's last chunk,
 # read from its train.log.
-# usage: models/tools/cooldown.sh RUN TEST OUT   env: LRS ("1e-3 5e-4 2.5e-4 1.25e-4"), CHUNK (500)
+# usage: models/tools/cooldown.sh RUN TEST OUT   env: LRS ("1e-3 5e-4 2.5e-4 1.25e-4"), CHUNK (500),
+#        TEST2 (a second test set, e.g. twice the length, evaluated at the end)
 set -eu
 cd "$(dirname "$0")/../.."
 run=$1 test=$2 out=$3 L=build/latent
@@ -20,6 +21,10 @@ ck=$(readlink "$run/latest") # the checkpoint directory, and latest pointing at 
 cp -r "$run/$ck" "$out/" && ln -s "$ck" "$out/latest"
 read -r -a args <<<"${last#latent train }"
 step=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' "$out/latest/trainer.json")
+acc() { # TEST LABEL: mean and worst accuracy over the positions
+    "$L" eval --model "$out/latest" --data "$1" --json --bucket-width 1 |
+        /usr/bin/python3 -c 'import json,sys; r=[x for x in json.load(sys.stdin)["rows"] if x["from"]==x["to"]]; v=[x["accuracy"] for x in r]; print("%s: mean %.3f, worst %.3f at %d" % (sys.argv[1], sum(v)/len(v), min(v), min(r, key=lambda x: x["accuracy"])["from"]))' "$2"
+}
 for lr in $LRS; do
     step=$((step + CHUNK))
     a=()
@@ -30,6 +35,6 @@ for lr in $LRS; do
         esac
     done
     /usr/bin/time -f "%U %S" -o "$out/cpu" "$L" train "${a[@]}" --out "$out" --lr "$lr" --steps "$step" >"$out/train.log" 2>&1
-    "$L" eval --model "$out/latest" --data "$test" --json --bucket-width 1 |
-        /usr/bin/python3 -c 'import json,sys; r=[x for x in json.load(sys.stdin)["rows"] if x["from"]==x["to"]]; v=[x["accuracy"] for x in r]; print("lr %s to step %s (%s CPU s): mean %.3f, worst %.3f at %d" % (sys.argv[1], sys.argv[2], sys.argv[3], sum(v)/len(v), min(v), min(r, key=lambda x: x["accuracy"])["from"]))' "$lr" "$step" "$(awk '{print $1+$2}' "$out/cpu")"
+    acc "$test" "lr $lr to step $step ($(awk '{print $1+$2}' "$out/cpu") CPU s this chunk)"
 done
+[ -z "${TEST2:-}" ] || acc "$TEST2" "$TEST2 at the end"
