@@ -231,7 +231,8 @@ bench: all
 experiment: $(BUILD)/latent
 	QUICK=$(QUICK) LATENT=$(BUILD)/latent bash models/experiment.sh
 
-# Issue 24: S5 (length curriculum) and variable assignment (depth curriculum),
+# Issue 24: S5 (length curriculum) and variable assignment (a shared lookup run,
+# then the depth curriculum),
 # plain and T2MLR on seeds 11-13, 20 minutes of training per model on one core,
 # one run at a time (JOBS=2 for two); learning curves and tables in
 # build/experiment-state/report (docs/experiments.md, "State tracking").
