@@ -122,6 +122,8 @@ make_data() { # task
 }
 
 json_field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
+# curve_last CURVE FIELD...: those fields of a curve's last line ("next" is "stay" where absent)
+curve_last() { "$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(*(l.get(k, "stay") for k in sys.argv[2:]))' "$@"; }
 
 # ---- one model: config, init, train, eval ---------------------------------------
 run_model() { # task model
@@ -305,7 +307,7 @@ state_model() { # task model seed
         else
             from="$work/results/$t.lookup.s$s"
             [ -s "$from.eval.json" ] || { log "$t/$m/s$s: no lookup run to start from ($from)"; return 1; }
-            read -r step0 cpu0 < <("$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(l["step"], l["cpu_s"])' "$from.curve.jsonl")
+            read -r step0 cpu0 < <(curve_last "$from.curve.jsonl" step cpu_s)
             # a depth stage ends, criterion unmet, 120/240/360/480 CPU s after
             # the lookup run's end (fixed, as s5's: the long run is this one continued)
             ends=$("$PY" -c 'import sys; c = float(sys.argv[1]); print(" ".join("%.0f" % (c + x) for x in (120, 240, 360, 480)))' "$cpu0")
@@ -313,8 +315,6 @@ state_model() { # task model seed
     fi
     ends=${STATE_STAGE_CPU:-$ends}
     [ "$quick" = 1 ] && chunk=${STATE_CHUNK:-5}
-    "$PY" models/tools/experiment_config.py "$d/$m.config.json" "$(json_field "$d/train$final.json" vocab_size)" "$kind" \
-        --d $dm --ff $ff --lrt-source "${STATE_LRT_SOURCE:-3}"
     local step=0 si=0 wall0
     wall0=$(date +%s.%N)
     # a fork continues only from the lookup run it forked from
@@ -323,7 +323,7 @@ state_model() { # task model seed
     if [ -s "$out.curve.jsonl" ] && [ -d "$d/$m.run/latest" ] && [ $forked_here = 1 ]; then
         # continue a stopped run from its last curve line
         local prev_stage prev_wall next
-        read -r step prev_stage prev_wall next < <("$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(l["step"], l["stage"], l["wall_s"], l.get("next", "stay"))' "$out.curve.jsonl")
+        read -r step prev_stage prev_wall next < <(curve_last "$out.curve.jsonl" step stage wall_s next)
         step=$((step - step0))
         for x in $stages; do [ "$x" = "$prev_stage" ] && break; si=$((si + 1)); done
         [ "$next" = advance ] && si=$((si + 1))
@@ -342,8 +342,10 @@ state_model() { # task model seed
                cp "$d/lookup.run/latest/"{config.json,model.safetensors,tokenizer.json,tokenizer_config.json} "$d/$m.init/" ;;
             esac
             cp "$from.curve.jsonl" "$out.curve.jsonl"
-            wall0=$("$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(float(sys.argv[2]) - l["wall_s"])' "$from.curve.jsonl" "$wall0")
+            wall0=$("$PY" -c "import sys; print(float(sys.argv[1]) - float(sys.argv[2]))" "$wall0" "$(curve_last "$from.curve.jsonl" wall_s)")
         else
+            "$PY" models/tools/experiment_config.py "$d/$m.config.json" "$(json_field "$d/train$final.json" vocab_size)" "$kind" \
+                --d $dm --ff $ff --lrt-source "${STATE_LRT_SOURCE:-3}"
             "$latent" init --config "$d/$m.config.json" --out "$d/$m.init" --seed "$s" --tokenizer "$d/tok" --gamma-rec 1 --gamma-cur 0 \
                 --std "${STATE_STD:-0.02}" \
                 --gamma "${STATE_LRT_GAMMA:-0.1}" 2>/dev/null
