@@ -123,6 +123,24 @@ make_data() { # task
 
 json_field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
 # curve_last CURVE FIELD...: those fields of a curve's last line ("next" is "stay" where absent)
+# the learning rate of the chunk that ends at STEP: the base rate, halved once
+# for each line of the final stage at or past COOL CPU s (at most 4 times); a
+# run following another's schedule (FOLLOW, a curve) takes that run's rate
+cool_lr() { # CURVE FINAL_STAGE COOL BASE STEP [FOLLOW]
+    "$PY" - "$@" <<'PYEOF'
+import json, os, sys
+curve, final, cool, base, step = sys.argv[1:6]
+follow = sys.argv[6] if len(sys.argv) > 6 else ""
+def lines(p):
+    return [json.loads(l) for l in open(p) if l.strip()] if p and os.path.exists(p) else []
+if follow:
+    lr = {l["step"]: l.get("lr", float(base)) for l in lines(follow)}.get(int(step), float(base))
+else:
+    n = sum(1 for l in lines(curve) if str(l["stage"]) == final and l["cpu_s"] >= float(cool))
+    lr = float(base) / 2 ** min(n, 4)
+print(repr(lr))
+PYEOF
+}
 curve_last() { "$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(*(l.get(k, "stay") for k in sys.argv[2:]))' "$@"; }
 
 # ---- one model: config, init, train, eval ---------------------------------------
@@ -226,6 +244,12 @@ EOF
 #      STATE_STAGE_CPU (the CPU seconds at which a stage ends if its
 #      criterion is not met: s5 "600 900", i.e. 50/75% of the 20-minute
 #      budget, also when the budget grows; var as above);
+#      STATE_COOL_CPU (the cool-down: from this many CPU s on, each chunk of
+#      the final stage halves the learning rate, to 1/16 at most; s5 1000,
+#      var 1500 after the lookup run's end; the long runs and cool-downs of
+#      docs/experiments.md found the constant rate stalls short of the
+#      targets and the halvings reach them; a run following T2MLR's schedule
+#      takes its rates too),
 #      STATE_VAR_LOOKUP (1: the lookup stages; 0: without, as above),
 #      STATE_VAR_LOOKUP_BUDGET (900: CPU s of the lookup run at most),
 #      STATE_VAR_LOOKUP_STEPS (its steps at most; QUICK: 20);
@@ -351,7 +375,7 @@ state_model() { # task model seed
                 --gamma "${STATE_LRT_GAMMA:-0.1}" 2>/dev/null
         fi
     fi
-    local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --lr "$lr" --beta1 0.9 --beta2 0.98 --weight-decay 0.1
+    local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --beta1 0.9 --beta2 0.98 --weight-decay 0.1
         --warmup 100 --lr-schedule constant --grad-clip 1 --seed "$s" --threads 1 --precision "$prec"
         --eval-every 1000000 --keep 1)
     local stage rec D status args
@@ -359,8 +383,9 @@ state_model() { # task model seed
     [ "${NP:-1}" -gt 1 ] && runner=(mpirun -np "$NP" --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo)
     # plain and LRT follow the T2MLR run of their task and seed where that has
     # finished: the same stages, ended at the same steps, the same step count
-    local stage_steps=${STATE_STAGE_STEPS:-} max_steps=$((own_max + step0))  # steps of its own, after the lookup run's
+    local stage_steps=${STATE_STAGE_STEPS:-} max_steps=$((own_max + step0)) follow=""  # steps of its own, after the lookup run's
     if [ "$m" != t2mlr ] && [ "$m" != lookup ] && [ -z "$stage_steps" ] && [ -s "$work/results/$t.t2mlr.s$s.eval.json" ]; then
+        follow="$work/results/$t.t2mlr.s$s.curve.jsonl"
         read -r max_steps stage_steps < <("$PY" - "$work/results/$t.t2mlr.s$s.curve.jsonl" <<'PYEOF'
 import json, sys
 cv = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -370,11 +395,20 @@ print(cv[-1]["step"], " ".join(str(cv[i]["step"]) for i in range(len(cv) - 1)
 PYEOF
 )
     fi
+    # the cool-down: from STATE_COOL_CPU CPU s on, each chunk of the final
+    # stage halves the rate, down to 1/16 of it (s5 1000: the last ~200 CPU s
+    # of the 20-minute budget; var 1500 after the lookup run's end); runs that
+    # follow T2MLR's schedule take its rate at each step
+    local cool=${STATE_COOL_CPU:-}
+    [ -n "$cool" ] || { [ "$t" = s5 ] && cool=1000 || cool=$("$PY" -c 'import sys; print("%.0f" % (float(sys.argv[1]) + 1500))' "$cpu0"); }
+    [ "$m" = lookup ] && cool=1e30 # the shared lookup run is not the recipe's end
+    local chunk_lr
     while :; do
         stage=${st[$si]}
         rec=$(json_field "$d/train$stage.json" record_len)
         D=$rec; [ "$t" = var ] && D=8
-        args=("${base[@]}" --data "$d/train$stage.bin" --seq "$rec" --steps $((step + chunk)))
+        chunk_lr=$(cool_lr "$out.curve.jsonl" "${st[-1]}" "$cool" "$lr" "$((step + step0 + chunk))" "$follow")
+        args=("${base[@]}" --lr "$chunk_lr" --data "$d/train$stage.bin" --seq "$rec" --steps $((step + chunk)))
         [ "$m" = t2mlr ] && args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4)
         [ "$m" = lrt ] && args+=(--mode lrt --lrt-subsets "${STATE_LRT_S:-$rec}")
         if [ "$step" = 0 ]; then args+=(--model "$d/$m.init"); else args+=(--resume); fi
@@ -389,9 +423,9 @@ PYEOF
         status=$("$PY" - "$d/$m.run/train.jsonl" "$d/$m.ev_stage.json" "$d/$m.ev_final.json" "$out.curve.jsonl" \
             "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$budget" "$max_steps" "$d/$m.cpu" \
             "${en[$si]:-1e30}" "$((si + 1 < ${#st[@]} ? 1 : 0))" "$(echo $stage_steps | cut -d' ' -f$((si + 1)))" \
-            "${STATE_UNTIL_TARGET:-0}" "$step0" <<'PYEOF'
+            "${STATE_UNTIL_TARGET:-0}" "$step0" "$chunk_lr" <<'PYEOF'
 import json, os, sys
-(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, end_cpu, more, at, until, step0) = sys.argv[1:]
+(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, end_cpu, more, at, until, step0, lr) = sys.argv[1:]
 rows = [json.loads(l) for l in open(jl) if l.strip()]
 prev = [json.loads(l) for l in open(curve)] if os.path.exists(curve) else []
 tok0, sec0, cpu0 = (prev[-1]["tokens"], prev[-1]["train_s"], prev[-1]["cpu_s"]) if prev else (0, 0.0, 0.0)
@@ -405,7 +439,7 @@ sa, fa = acc(es), acc(ef)
 lookup = stage.startswith("L")  # var's lookup stages L2, L8: depth 0, scored in bucket 0
 line = {"step": int(step0) + rows[-1]["step"], "stage": stage if lookup else int(stage), "loss": round(sum(r["loss"] for r in new) / len(new), 4),
         "tokens": tok0 + bt * len(new), "train_s": round(sec0 + sum(bt / r["tokens_per_s"] for r in new), 1),
-        "cpu_s": round(cpu0 + cpu, 1),
+        "cpu_s": round(cpu0 + cpu, 1), "lr": float(lr),
         "wall_s": round(float(now) - float(wall0), 1), "stage_acc": sa, "final_acc": fa}
 def target_met(acc):  # the issue's targets, on the final stage's test set
     if task == "s5":

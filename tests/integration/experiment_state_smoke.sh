@@ -12,7 +12,7 @@ set -u
 . "$(dirname "$0")/../harness.sh" experiment_state
 
 state() { # WORK MAX_STEPS [TASKS [NP]]; env PRECISION
-    PRECISION="${PRECISION:-}" STATE=1 QUICK=1 STATE_TASKS="${3:-s5 var}" NP="${4:-1}" STATE_MODELS=t2mlr STATE_SEEDS=11 STATE_STAGE_STEPS="10 15 20 25" \
+    PRECISION="${PRECISION:-}" STATE=1 QUICK=1 STATE_TASKS="${3:-s5 var}" NP="${4:-1}" STATE_MODELS=t2mlr STATE_SEEDS=11 STATE_STAGE_STEPS="10 15 20 25" STATE_COOL_CPU=0 \
         STATE_MAX_STEPS=$2 STATE_BUDGET=1000 STATE_VAR_LOOKUP_BUDGET=1000 JOBS=2 WORK="$1" LATENT="$latent" PYTHON="$PY" \
         bash "$root/models/experiment.sh" >>"$1.log" 2>&1
 }
@@ -44,8 +44,28 @@ assert stages[:4] == ['L2', 'L2', 'L8', 'L8'] and stages[4:] == [1, 2, 3, 4, 5, 
 steps = [json.loads(l)['step'] for l in tc]
 assert steps == list(range(5, 55, 5)), steps
 PYEOF
+# the cool-down (STATE_COOL_CPU=0: from the final stage's first line on), each
+# chunk's rate as latent train was given it: s5 2e-3 until a line of stage 16
+# is there, then halved a chunk; var 1e-3, the lookup run's lines included
+for t in s5:'2e-3 2e-3 2e-3 2e-3 1e-3 5e-4' var:'1e-3 1e-3 1e-3 1e-3 1e-3 1e-3 1e-3 1e-3 1e-3 5e-4'; do
+    want=$(for x in ${t#*:}; do "$PY" -c "print(repr($x))"; done | tr '\n' ' ')
+    got=$( (grep -ho -- '--lr [^ ]*' "$tmp/whole/${t%%:*}-s11/lookup.train.log" 2>/dev/null; grep -ho -- '--lr [^ ]*' "$tmp/whole/${t%%:*}-s11/t2mlr.train.log") |
+        cut -d' ' -f2 | tr '\n' ' ')
+    curve=$("$PY" -c 'import json,sys; print(" ".join(repr(json.loads(l)["lr"]) for l in open(sys.argv[1])))' "$tmp/whole/results/${t%%:*}.t2mlr.s11.curve.jsonl")
+    [ "$got" = "$want" ] && [ "$curve " = "$want" ] && ok "${t%%:*}: the cool-down halves the rate each chunk of the final stage ($want)" ||
+        fail "${t%%:*}: the cool-down's rates" "want $want, given $got, curve $curve"
+done
 [ "$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["program_order"])' "$tmp/whole/var-s11/train5.json")" = 1 ] &&
     ok "var-assign data in program order (the default STATE_VAR_ORDER)" || fail "var-assign data not in program order"
+# plain after the finished T2MLR run follows its schedule: the same stage
+# ends, steps and rates (its own cool-down start set out of reach)
+PRECISION="${PRECISION:-}" STATE=1 QUICK=1 STATE_TASKS=s5 STATE_MODELS=plain STATE_SEEDS=11 STATE_MAX_STEPS=30 STATE_BUDGET=1000 \
+    STATE_COOL_CPU=1e30 JOBS=1 WORK="$tmp/whole" LATENT="$latent" PYTHON="$PY" bash "$root/models/experiment.sh" >>"$tmp/whole.log" 2>&1 &&
+    "$PY" - "$tmp/whole/results/s5" <<'PYEOF' && ok "s5: plain follows T2MLR's stage ends, steps and rates" || fail "s5: plain does not follow T2MLR's schedule" "$(tail -n 5 "$tmp/whole.log")"
+import json, sys
+cv = lambda m: [(x['step'], x['stage'], x['lr']) for x in map(json.loads, open(sys.argv[1] + '.%s.s11.curve.jsonl' % m))]
+assert cv('plain') == cv('t2mlr'), (cv('plain'), cv('t2mlr'))
+PYEOF
 
 # stopped after 15 steps, then run again to 30: it continues
 # (the lookup run is finished in the first: it stops at its own 20 steps)
