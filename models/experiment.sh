@@ -122,7 +122,6 @@ make_data() { # task
 }
 
 json_field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
-# curve_last CURVE FIELD...: those fields of a curve's last line ("next" is "stay" where absent)
 # the learning rate of the chunk that ends at STEP: the base rate, halved once
 # for each line of the final stage at or past COOL CPU s (at most 4 times); a
 # run following another's schedule (FOLLOW, a curve) takes that run's rate
@@ -141,6 +140,7 @@ else:
 print(repr(lr))
 PYEOF
 }
+# curve_last CURVE FIELD...: those fields of a curve's last line ("next" is "stay" where absent)
 curve_last() { "$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(*(l.get(k, "stay") for k in sys.argv[2:]))' "$@"; }
 
 # ---- one model: config, init, train, eval ---------------------------------------
