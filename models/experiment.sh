@@ -205,8 +205,8 @@ EOF
 #        50% / 75% of the budget. d 128, 4 blocks, 4 heads, FFN 512; T2MLR over
 #        blocks 1..2, Jacobi D = the record length, gradient through the last 4.
 #   var  first the lookup stages (depth 0: "a=3;b=7;...;b?" with 2 digit
-#        variables, then 8; advance at depth-0 accuracy >= 0.9, or at 600 CPU
-#        s; done at >= 0.95 with 8, or at 900 CPU s; lr 1e-3 and f32
+#        variables, then 8; advance at depth-0 accuracy >= 0.9, or at 1200 CPU
+#        s; done at >= 0.95 with 8, or at 1500 CPU s; lr 1e-3 and f32
 #        products unless PRECISION says otherwise, as in the probes, here and
 #        in the forks), one plain run per seed
 #        (model "lookup") from which every model forks: plain from its weights,
@@ -216,7 +216,7 @@ EOF
 #        budget. Then the depth curriculum: alias depths 1..k, k = 1 .. 5,
 #        with 2k digit variables and 2(k-1) distractor aliases (up to the
 #        task's 8 and 6; STATE_VAR_LINES=0: 8 and 6 from the start); advance
-#        when the mean over depths 1..k is >= 0.9, or 120/240/360/480 CPU s
+#        when the mean over depths 1..k is >= 0.9, or 300/600/900/1200 CPU s
 #        after the lookup's end. Training records hold 8 queries (each
 #        answer scored; 108 tokens at k = 5), test records one (80 at k = 5).
 #        The probes of docs/experiments.md found both halves necessary.
@@ -246,12 +246,12 @@ EOF
 #      budget, also when the budget grows; var as above);
 #      STATE_COOL_CPU (the cool-down: from this many CPU s on, each chunk of
 #      the final stage halves the learning rate, to 1/16 at most; s5 1000,
-#      var 1500 after the lookup run's end; the long runs and cool-downs of
+#      var 1800 after the lookup run's end; the long runs and cool-downs of
 #      docs/experiments.md found the constant rate stalls short of the
 #      targets and the halvings reach them; a run following T2MLR's schedule
 #      takes its rates too),
 #      STATE_VAR_LOOKUP (1: the lookup stages; 0: without, as above),
-#      STATE_VAR_LOOKUP_BUDGET (900: CPU s of the lookup run at most),
+#      STATE_VAR_LOOKUP_BUDGET (1500: CPU s of the lookup run at most),
 #      STATE_VAR_LOOKUP_STEPS (its steps at most; QUICK: 20);
 #      STATE_VAR_ORDER: program (default: every variable assigned before its
 #      use, as in a program and the paper's task) or shuffled (lines in any
@@ -325,16 +325,19 @@ state_model() { # task model seed
         lookup=1 lr=1e-3 prec=${PRECISION:-f32}
         if [ "$m" = lookup ]; then
             # the shared lookup stages; the runs of every model fork from its weights
-            # (600 and 900 CPU s, fixed: a longer budget gives the same lookup run)
-            stages="L2 L8" ends=600 budget=${STATE_VAR_LOOKUP_BUDGET:-900} own_max=${STATE_VAR_LOOKUP_STEPS:-$state_max_steps}
+            # (1200 and 1500 CPU s, fixed: a longer budget gives the same lookup run;
+            # seed 12's L2 plateau outlasted 600 CPU s, docs/experiments.md)
+            stages="L2 L8" ends=1200 budget=${STATE_VAR_LOOKUP_BUDGET:-1500} own_max=${STATE_VAR_LOOKUP_STEPS:-$state_max_steps}
             [ "$quick" = 1 ] && { ends=1; budget=${STATE_VAR_LOOKUP_BUDGET:-2}; own_max=${STATE_VAR_LOOKUP_STEPS:-20}; }
         else
             from="$work/results/$t.lookup.s$s"
             [ -s "$from.eval.json" ] || { log "$t/$m/s$s: no lookup run to start from ($from)"; return 1; }
             read -r step0 cpu0 < <(curve_last "$from.curve.jsonl" step cpu_s)
-            # a depth stage ends, criterion unmet, 120/240/360/480 CPU s after
-            # the lookup run's end (fixed, as s5's: the long run is this one continued)
-            ends=$("$PY" -c 'import sys; c = float(sys.argv[1]); print(" ".join("%.0f" % (c + x) for x in (120, 240, 360, 480)))' "$cpu0")
+            # a depth stage ends, criterion unmet, 300/600/900/1200 CPU s after
+            # the lookup run's end (fixed, as s5's: the long run is this one
+            # continued; seed 13's stages, ended at 120/240/360/480 below 0.75,
+            # never learnt depth 2, docs/experiments.md)
+            ends=$("$PY" -c 'import sys; c = float(sys.argv[1]); print(" ".join("%.0f" % (c + x) for x in (300, 600, 900, 1200)))' "$cpu0")
         fi
     fi
     ends=${STATE_STAGE_CPU:-$ends}
@@ -397,10 +400,10 @@ PYEOF
     fi
     # the cool-down: from STATE_COOL_CPU CPU s on, each chunk of the final
     # stage halves the rate, down to 1/16 of it (s5 1000: the last ~200 CPU s
-    # of the 20-minute budget; var 1500 after the lookup run's end); runs that
+    # of the 20-minute budget; var 1800 after the lookup run's end); runs that
     # follow T2MLR's schedule take its rate at each step
     local cool=${STATE_COOL_CPU:-}
-    [ -n "$cool" ] || { [ "$t" = s5 ] && cool=1000 || cool=$("$PY" -c 'import sys; print("%.0f" % (float(sys.argv[1]) + 1500))' "$cpu0"); }
+    [ -n "$cool" ] || { [ "$t" = s5 ] && cool=1000 || cool=$("$PY" -c 'import sys; print("%.0f" % (float(sys.argv[1]) + 1800))' "$cpu0"); }
     [ "$m" = lookup ] && cool=1e30 # the shared lookup run is not the recipe's end
     local chunk_lr
     while :; do
