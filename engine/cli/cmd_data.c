@@ -36,6 +36,8 @@ static const char *help =
     "                       every variable assigned on a line before its use\n"
     "    --queries Q        Q queries a record (1): first Q-1 \"v?d;\" of random\n"
     "                       variables, each answer scored, then the task's query\n"
+    "    --query-from any|chain   the extra queries ask for any variable (default)\n"
+    "                       or only the aliases on the query's chain (depths 1..d)\n"
     "\n"
     "Common: --record-len L, --tokenizer-out DIR (writes DIR/tokenizer.json with the\n"
     "task's symbols, for `latent init --tokenizer DIR`), --show K (print the first\n"
@@ -75,7 +77,7 @@ static void show_record(const latent_dataset *d, int r) {
 
 typedef struct {
     latent_task t;
-    const char *out, *tok_out, *group, *seed_arg, *order;
+    const char *out, *tok_out, *group, *seed_arg, *order, *query_from;
     int n_records, record_len, show, len, depth;
     long seed;
 } data_args;
@@ -87,6 +89,7 @@ static int task_opt(int argc, char **argv, int *i, data_args *a, int *bad) {
     if (!strcmp(argv[*i], "--final-only") && t->kind == LATENT_TASK_GROUP) { t->final_only = 1; return 1; }
     if (t->kind == LATENT_TASK_GROUP && cli_opt(argc, argv, i, "--group", &a->group)) return 1;
     if (t->kind == LATENT_TASK_VAR && cli_opt(argc, argv, i, "--order", &a->order)) return 1;
+    if (t->kind == LATENT_TASK_VAR && cli_opt(argc, argv, i, "--query-from", &a->query_from)) return 1;
     if (t->kind != LATENT_TASK_VAR &&
         (opt_int(argc, argv, i, "--min-len", 1, 100000, &t->min_len, bad) ||
          opt_int(argc, argv, i, "--max-len", 1, 100000, &t->max_len, bad) ||
@@ -117,6 +120,10 @@ static int finish_args(data_args *a) {
     if (a->order) {
         if (!strcmp(a->order, "program")) t->program_order = 1;
         else if (strcmp(a->order, "shuffled")) return cli_fail("data: --order must be shuffled or program (got '%s')", a->order);
+    }
+    if (a->query_from) {
+        if (!strcmp(a->query_from, "chain")) t->query_from_chain = 1;
+        else if (strcmp(a->query_from, "any")) return cli_fail("data: --query-from must be any or chain (got '%s')", a->query_from);
     }
     const char *group = a->group;
     if (group) {

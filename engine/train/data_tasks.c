@@ -358,8 +358,10 @@ static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
         else put_name(r, nl, names[rhs[a]]);
         put(r, V_SEMI);
     }
-    for (int i = 1; i < t->n_queries; i++) { /* extra queries: any variable, answer scored */
-        int v = rand_below(rng, n_vars);
+    for (int i = 1; i < t->n_queries; i++) { /* extra queries, answer scored */
+        /* any variable, or an alias on the query's chain (chain + j resolves in
+         * depth - j hops); a depth-0 record has no chain: any variable */
+        int v = t->query_from_chain && depth ? chain + rand_below(rng, depth) : rand_below(rng, n_vars);
         put_name(r, nl, names[v]);
         put(r, V_QUERY);
         put(r, V_DIGIT + (uint32_t)resolve_digit(rhs, v));

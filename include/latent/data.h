@@ -41,6 +41,9 @@ typedef struct latent_task {
     int n_queries;        /* queries per record (1); all but the last are
                              "v ? d ;" of random variables, each answer scored:
                              a denser training signal, the last is the task's */
+    int query_from_chain; /* 1: the extra queries ask for the query's chain of
+                             aliases only (depths 1..the record's), so that the
+                             scored answers are the deep ones; 0: any variable */
     int program_order;    /* 1: each line after the line of the variable it names
                              (a program: no use before assignment); 0: any order */
 } latent_task;

@@ -189,11 +189,12 @@ static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, 
 /* Records re-parsed as text ("name=rhs;" lines, n_queries - 1 "name?d;"
  * queries, then "name?d"): every answer resolves, the task's query has a
  * depth in range, and each target's bucket is its own query's depth. */
-static void check_var(int n_base, int min_depth, int max_depth, int distractors, int n_queries) {
+static void check_var(int n_base, int min_depth, int max_depth, int distractors, int n_queries, int from_chain) {
     latent_task t;
     latent_task_defaults(&t, LATENT_TASK_VAR);
     t.n_base = n_base, t.min_depth = min_depth, t.max_depth = max_depth, t.n_distractors = distractors;
     t.n_queries = n_queries;
+    t.query_from_chain = from_chain;
     latent_dataset d;
     latent_err err;
     CHECK(latent_data_generate(&t, 11, 200, 0, &d, &err) == 0, "var: %s", err.msg);
@@ -234,14 +235,14 @@ static void check_var(int n_base, int min_depth, int max_depth, int distractors,
         snprintf(queries[nq++], 6, "%.5s", s);
         latent_target tg[64];
         CHECK(latent_task_targets(&d, r, tg, 64) == nq, "var: record %d: not %d targets", r, nq);
-        int depth = -1;
+        int depth = -1, extra_depth[64];
         for (int k = 0; k < nq; k++) {
             char *m = strchr(queries[k], '?');
             char want = m[1];
             *m = 0;
             depth = var_resolve(names, rhs, n, queries[k], want, r);
             if (depth < 0) break;
-            if (k + 1 < nq) extra_depth_seen[depth < 63 ? depth : 63]++;
+            if (k + 1 < nq) extra_depth_seen[depth < 63 ? depth : 63]++, extra_depth[k] = depth;
             CHECK(tg[k].bucket == depth && d.mask[(size_t)r * L + tg[k].pos] && tok[tg[k].pos] == tg[k].want &&
                   name_of(&t, tok[tg[k].pos])[0] == want,
                   "var: record %d target %d (bucket %d, depth %d)", r, k, tg[k].bucket, depth);
@@ -249,10 +250,15 @@ static void check_var(int n_base, int min_depth, int max_depth, int distractors,
         if (depth < 0) continue;
         CHECK(n == n_base + depth + distractors, "var: %d lines for depth %d", n, depth);
         CHECK(depth >= min_depth && depth <= max_depth, "var: depth %d", depth);
+        /* --query-from chain: every extra query is an alias on the task's chain */
+        for (int k = 0; from_chain && depth > 0 && k + 1 < nq; k++)
+            CHECK(extra_depth[k] >= 1 && extra_depth[k] <= depth, "var: record %d: chain query at depth %d of %d", r, extra_depth[k], depth);
         depth_seen[depth]++;
     }
     CHECK(depth_seen[min_depth] && depth_seen[max_depth], "var: depths %d and %d occur", min_depth, max_depth);
-    if (n_queries > 1) CHECK(extra_depth_seen[0] && extra_depth_seen[1], "var: extra queries at depths 0 and 1");
+    if (n_queries > 1 && !from_chain) CHECK(extra_depth_seen[0] && extra_depth_seen[1], "var: extra queries at depths 0 and 1");
+    if (n_queries > 1 && from_chain && min_depth > 0)
+        CHECK(!extra_depth_seen[0] && extra_depth_seen[1] && extra_depth_seen[max_depth], "var: chain queries at depths 1..%d only", max_depth);
     latent_dataset_free(&d);
 }
 
@@ -365,11 +371,13 @@ int main(void) {
     check_s5r(0, 1);
     check_s5r(120, 2);
     check_s5r(20, 1);
-    check_var(8, 0, 5, 6, 1);
-    check_var(8, 3, 3, 0, 1);
-    check_var(20, 1, 10, 10, 1); /* two-letter names */
-    check_var(8, 1, 5, 6, 8);    /* extra queries: each bucketed by its own depth */
-    check_var(20, 1, 6, 10, 4);
+    check_var(8, 0, 5, 6, 1, 0);
+    check_var(8, 3, 3, 0, 1, 0);
+    check_var(20, 1, 10, 10, 1, 0); /* two-letter names */
+    check_var(8, 1, 5, 6, 8, 0);    /* extra queries: each bucketed by its own depth */
+    check_var(20, 1, 6, 10, 4, 0);
+    check_var(8, 1, 5, 6, 8, 1);    /* --query-from chain */
+    check_var(8, 0, 3, 6, 4, 1);    /* depth-0 records: any variable */
     check_files_and_tokenizer();
     check_refusals();
     return tu_finish("test_data");
