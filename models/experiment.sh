@@ -253,6 +253,9 @@ EOF
 #      STATE_VAR_LOOKUP (1: the lookup stages; 0: without, as above),
 #      STATE_VAR_LOOKUP_BUDGET (1500: CPU s of the lookup run at most),
 #      STATE_VAR_LOOKUP_STEPS (its steps at most; QUICK: 20);
+#      STATE_VAR_QUERY_FROM: any (default: the 7 extra queries of a training
+#      record ask for any variable) or chain (only the task query's aliases,
+#      depths 1..k: `latent data var-assign --query-from`);
 #      STATE_VAR_ORDER: program (default: every variable assigned before its
 #      use, as in a program and the paper's task) or shuffled (lines in any
 #      order: uses before assignment, which the first runs had);
@@ -269,7 +272,9 @@ state_data() { # task seed dir
     local t=$1 s=$2 d=$3 n k
     local order=${STATE_VAR_ORDER:-program} lookup=${STATE_VAR_LOOKUP:-1} lines
     lines=${STATE_VAR_LINES:-$lookup} # the lookup recipe also grows the lines: 2 digit variables at depth 1
-    [ "$t" = var ] && order="$order lines$lines lookup$lookup" || order=""
+    local qf=${STATE_VAR_QUERY_FROM:-any} qtag=""
+    [ "$qf" = any ] || qtag=" queries-$qf" # the default keeps the data.done of earlier runs
+    [ "$t" = var ] && order="$order lines$lines lookup$lookup$qtag" || order=""
     [ "$(cat "$d/data.done" 2>/dev/null)" = "ok${order:+ $order}" ] && return 0
     mkdir -p "$d"
     case $t in
@@ -301,7 +306,7 @@ state_data() { # task seed dir
                 nb=$((2 * k > 8 ? 8 : 2 * k)); nd=$((2 * k - 2 > 6 ? 6 : 2 * k - 2)); len=$((4 * (nb + k + nd) + 4))
             fi
             "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $((len + 4 * (q - 1))) \
-                --queries $q --n-records $n_train --seed $((s * 100 + k)) --order "${order%% *}" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
+                --queries $q --query-from "$qf" --n-records $n_train --seed $((s * 100 + k)) --order "${order%% *}" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
             "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $len \
                 --n-records 1000 --seed $((s * 100 + k + 50)) --order "${order%% *}" --out "$d/test$k" 2>/dev/null
         done ;;
