@@ -254,8 +254,12 @@ EOF
 #      STATE_VAR_LOOKUP_BUDGET (1500: CPU s of the lookup run at most),
 #      STATE_VAR_LOOKUP_STEPS (its steps at most; QUICK: 20);
 #      STATE_VAR_QUERY_FROM: any (default: the 7 extra queries of a training
-#      record ask for any variable) or chain (only the task query's aliases,
-#      depths 1..k: `latent data var-assign --query-from`);
+#      record ask for any variable), chain (only the task query's aliases,
+#      depths 1..k) or alias (any alias: the chain and the distractors, no
+#      plain lookups): `latent data var-assign --query-from`;
+#      STATE_VAR_LINES: 1 (default with the lookup stages: the lines grow
+#      with the depth, as above) or 0 (8 digit variables, 6 distractors from
+#      stage 1 on);
 #      STATE_VAR_ORDER: program (default: every variable assigned before its
 #      use, as in a program and the paper's task) or shuffled (lines in any
 #      order: uses before assignment, which the first runs had);

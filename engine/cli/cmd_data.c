@@ -36,8 +36,10 @@ static const char *help =
     "                       every variable assigned on a line before its use\n"
     "    --queries Q        Q queries a record (1): first Q-1 \"v?d;\" of random\n"
     "                       variables, each answer scored, then the task's query\n"
-    "    --query-from any|chain   the extra queries ask for any variable (default)\n"
-    "                       or only the aliases on the query's chain (depths 1..d)\n"
+    "    --query-from any|chain|alias   the extra queries ask for any variable\n"
+    "                       (default), only the aliases on the query's chain\n"
+    "                       (depths 1..d), or any alias (the chain and the\n"
+    "                       distractors: no plain lookups)\n"
     "\n"
     "Common: --record-len L, --tokenizer-out DIR (writes DIR/tokenizer.json with the\n"
     "task's symbols, for `latent init --tokenizer DIR`), --show K (print the first\n"
@@ -122,8 +124,10 @@ static int finish_args(data_args *a) {
         else if (strcmp(a->order, "shuffled")) return cli_fail("data: --order must be shuffled or program (got '%s')", a->order);
     }
     if (a->query_from) {
-        if (!strcmp(a->query_from, "chain")) t->query_from_chain = 1;
-        else if (strcmp(a->query_from, "any")) return cli_fail("data: --query-from must be any or chain (got '%s')", a->query_from);
+        if (!strcmp(a->query_from, "chain")) t->query_from = LATENT_VAR_QUERY_CHAIN;
+        else if (!strcmp(a->query_from, "alias")) t->query_from = LATENT_VAR_QUERY_ALIAS;
+        else if (strcmp(a->query_from, "any"))
+            return cli_fail("data: --query-from must be any, chain or alias (got '%s')", a->query_from);
     }
     const char *group = a->group;
     if (group) {

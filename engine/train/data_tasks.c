@@ -80,6 +80,8 @@ int latent_task_check(const latent_task *t, latent_err *err) {
         if (t->min_depth < 0 || t->max_depth < t->min_depth || t->max_depth > 200)
             return latent_err_set(err, LATENT_E_INVALID, "data: need 0 <= --min-depth <= --max-depth <= 200 (got %d, %d)", t->min_depth, t->max_depth);
         if (t->n_queries < 1 || t->n_queries > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --queries must be 1..200 (got %d)", t->n_queries);
+        if (t->query_from < LATENT_VAR_QUERY_ANY || t->query_from > LATENT_VAR_QUERY_ALIAS)
+            return latent_err_set(err, LATENT_E_INVALID, "data: query_from must be 0 (any), 1 (chain) or 2 (alias) (got %d)", t->query_from);
         if (t->n_distractors < 0 || t->n_distractors > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --distractors must be 0..200 (got %d)", t->n_distractors);
         if (t->n_base + t->max_depth + t->n_distractors > 26 * 26)
             return latent_err_set(err, LATENT_E_INVALID, "data: at most 676 variables (two-letter names)");
@@ -358,10 +360,15 @@ static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
         else put_name(r, nl, names[rhs[a]]);
         put(r, V_SEMI);
     }
+    /* the aliases (chain and distractors) are the variables from n_base on */
+    int n_alias = n_vars - t->n_base;
     for (int i = 1; i < t->n_queries; i++) { /* extra queries, answer scored */
-        /* any variable, or an alias on the query's chain (chain + j resolves in
-         * depth - j hops); a depth-0 record has no chain: any variable */
-        int v = t->query_from_chain && depth ? chain + rand_below(rng, depth) : rand_below(rng, n_vars);
+        /* any variable; an alias on the query's chain (chain + j resolves in
+         * depth - j hops); or any alias. A record without those: any variable */
+        int v;
+        if (t->query_from == LATENT_VAR_QUERY_CHAIN && depth) v = chain + rand_below(rng, depth);
+        else if (t->query_from == LATENT_VAR_QUERY_ALIAS && n_alias) v = t->n_base + rand_below(rng, n_alias);
+        else v = rand_below(rng, n_vars);
         put_name(r, nl, names[v]);
         put(r, V_QUERY);
         put(r, V_DIGIT + (uint32_t)resolve_digit(rhs, v));

@@ -41,12 +41,18 @@ typedef struct latent_task {
     int n_queries;        /* queries per record (1); all but the last are
                              "v ? d ;" of random variables, each answer scored:
                              a denser training signal, the last is the task's */
-    int query_from_chain; /* 1: the extra queries ask for the query's chain of
-                             aliases only (depths 1..the record's), so that the
-                             scored answers are the deep ones; 0: any variable */
+    int query_from;       /* which variables the extra queries ask for:
+                             LATENT_VAR_QUERY_ANY, _CHAIN or _ALIAS */
     int program_order;    /* 1: each line after the line of the variable it names
                              (a program: no use before assignment); 0: any order */
 } latent_task;
+
+/* latent_task.query_from. ANY: any variable. CHAIN: only the task query's
+ * chain of aliases (depths 1..the record's; every answer the same digit).
+ * ALIAS: any variable that names another (the chain and the distractors):
+ * no plain lookups, and most answers differ from the task's. A record
+ * without such a variable falls back to ANY. */
+enum { LATENT_VAR_QUERY_ANY = 0, LATENT_VAR_QUERY_CHAIN = 1, LATENT_VAR_QUERY_ALIAS = 2 };
 
 /* Defaults of each task (the papers' settings where they give them). */
 void latent_task_defaults(latent_task *t, latent_task_kind kind);

@@ -189,12 +189,13 @@ static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, 
 /* Records re-parsed as text ("name=rhs;" lines, n_queries - 1 "name?d;"
  * queries, then "name?d"): every answer resolves, the task's query has a
  * depth in range, and each target's bucket is its own query's depth. */
-static void check_var(int n_base, int min_depth, int max_depth, int distractors, int n_queries, int from_chain) {
+static void check_var(int n_base, int min_depth, int max_depth, int distractors, int n_queries, int query_from) {
+    const int from_chain = query_from == LATENT_VAR_QUERY_CHAIN, from_alias = query_from == LATENT_VAR_QUERY_ALIAS;
     latent_task t;
     latent_task_defaults(&t, LATENT_TASK_VAR);
     t.n_base = n_base, t.min_depth = min_depth, t.max_depth = max_depth, t.n_distractors = distractors;
     t.n_queries = n_queries;
-    t.query_from_chain = from_chain;
+    t.query_from = query_from;
     latent_dataset d;
     latent_err err;
     CHECK(latent_data_generate(&t, 11, 200, 0, &d, &err) == 0, "var: %s", err.msg);
@@ -253,10 +254,15 @@ static void check_var(int n_base, int min_depth, int max_depth, int distractors,
         /* --query-from chain: every extra query is an alias on the task's chain */
         for (int k = 0; from_chain && depth > 0 && k + 1 < nq; k++)
             CHECK(extra_depth[k] >= 1 && extra_depth[k] <= depth, "var: record %d: chain query at depth %d of %d", r, extra_depth[k], depth);
+        /* --query-from alias: no extra query is a plain lookup */
+        for (int k = 0; from_alias && depth + distractors > 0 && k + 1 < nq; k++)
+            CHECK(extra_depth[k] >= 1, "var: record %d: alias query at depth 0", r);
         depth_seen[depth]++;
     }
     CHECK(depth_seen[min_depth] && depth_seen[max_depth], "var: depths %d and %d occur", min_depth, max_depth);
-    if (n_queries > 1 && !from_chain) CHECK(extra_depth_seen[0] && extra_depth_seen[1], "var: extra queries at depths 0 and 1");
+    if (n_queries > 1 && !from_chain && !from_alias) CHECK(extra_depth_seen[0] && extra_depth_seen[1], "var: extra queries at depths 0 and 1");
+    if (n_queries > 1 && from_alias && min_depth > 0)
+        CHECK(!extra_depth_seen[0] && extra_depth_seen[1] && extra_depth_seen[max_depth + 1], "var: alias queries at depths 1..%d and past", max_depth + 1);
     if (n_queries > 1 && from_chain && min_depth > 0)
         CHECK(!extra_depth_seen[0] && extra_depth_seen[1] && extra_depth_seen[max_depth], "var: chain queries at depths 1..%d only", max_depth);
     latent_dataset_free(&d);
@@ -378,6 +384,8 @@ int main(void) {
     check_var(20, 1, 6, 10, 4, 0);
     check_var(8, 1, 5, 6, 8, 1);    /* --query-from chain */
     check_var(8, 0, 3, 6, 4, 1);    /* depth-0 records: any variable */
+    check_var(8, 1, 5, 6, 8, 2);    /* --query-from alias: chain and distractors */
+    check_var(8, 0, 3, 0, 4, 2);    /* depth 0 and no distractors: any variable */
     check_files_and_tokenizer();
     check_refusals();
     return tu_finish("test_data");
