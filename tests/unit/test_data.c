@@ -350,6 +350,32 @@ static void check_files_and_tokenizer(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
+/* var-assign's query_from survives PREFIX.json, and files of the sixth
+ * session, which said "query_from_chain", still load as chain */
+static void check_var_file(void) {
+    char dir[] = "/tmp/latent-test-var.XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char prefix[128], path[160], cmd[400];
+    snprintf(prefix, sizeof prefix, "%s/var", dir);
+    latent_task t;
+    latent_task_defaults(&t, LATENT_TASK_VAR);
+    t.n_queries = 4, t.query_from = LATENT_VAR_QUERY_ALIAS;
+    latent_dataset d, e;
+    latent_err err;
+    CHECK(latent_data_generate(&t, 3, 10, 0, &d, &err) == 0, "var generate: %s", err.msg);
+    CHECK(latent_dataset_save(&d, prefix, &err) == 0, "var save: %s", err.msg);
+    snprintf(path, sizeof path, "%s.bin", prefix);
+    CHECK(latent_dataset_load(&e, path, &err) == 0 && e.task.query_from == LATENT_VAR_QUERY_ALIAS, "var round trip: %s", err.msg);
+    latent_dataset_free(&e);
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"query_from\": 2/\"query_from_chain\": 1/' %s.json && grep -q query_from_chain %s.json", prefix, prefix);
+    CHECK(system(cmd) == 0, "rewrite the json");
+    CHECK(latent_dataset_load(&e, path, &err) == 0 && e.task.query_from == LATENT_VAR_QUERY_CHAIN, "old field: %s", err.msg);
+    latent_dataset_free(&e);
+    latent_dataset_free(&d);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 static void check_refusals(void) {
     latent_task t;
     latent_err err;
@@ -363,6 +389,9 @@ static void check_refusals(void) {
     latent_task_defaults(&t, LATENT_TASK_VAR);
     t.n_base = 600, t.max_depth = 100;
     CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0, "too many variables");
+    latent_task_defaults(&t, LATENT_TASK_VAR);
+    t.query_from = 3;
+    CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0 && strstr(err.msg, "query_from"), "query_from 3: %s", err.msg);
     latent_task_defaults(&t, LATENT_TASK_S5R);
     CHECK(latent_data_generate(&t, 1, 0, 0, &d, &err) != 0, "zero records");
 }
@@ -388,5 +417,6 @@ int main(void) {
     check_var(8, 0, 3, 0, 4, 2);    /* depth 0 and no distractors: any variable */
     check_files_and_tokenizer();
     check_refusals();
+    check_var_file();
     return tu_finish("test_data");
 }
