@@ -36,10 +36,13 @@ static const char *help =
     "                       every variable assigned on a line before its use\n"
     "    --queries Q        Q queries a record (1): first Q-1 \"v?d;\" of random\n"
     "                       variables, each answer scored, then the task's query\n"
-    "    --query-from any|chain|alias   the extra queries ask for any variable\n"
-    "                       (default), only the aliases on the query's chain\n"
-    "                       (depths 1..d), or any alias (the chain and the\n"
-    "                       distractors: no plain lookups)\n"
+    "    --query-from any|chain|alias|distinct   the extra queries ask for any\n"
+    "                       variable (default), only the aliases on the query's\n"
+    "                       chain (depths 1..d), any alias (the chain and the\n"
+    "                       distractors: no plain lookups), or aliases ending at\n"
+    "                       distinct digit variables, none the query's (no answer\n"
+    "                       copies another; fewer queries where the record has\n"
+    "                       fewer such aliases)\n"
     "\n"
     "Common: --record-len L, --tokenizer-out DIR (writes DIR/tokenizer.json with the\n"
     "task's symbols, for `latent init --tokenizer DIR`), --show K (print the first\n"
@@ -126,8 +129,9 @@ static int finish_args(data_args *a) {
     if (a->query_from) {
         if (!strcmp(a->query_from, "chain")) t->query_from = LATENT_VAR_QUERY_CHAIN;
         else if (!strcmp(a->query_from, "alias")) t->query_from = LATENT_VAR_QUERY_ALIAS;
+        else if (!strcmp(a->query_from, "distinct")) t->query_from = LATENT_VAR_QUERY_DISTINCT;
         else if (strcmp(a->query_from, "any"))
-            return cli_fail("data: --query-from must be any, chain or alias (got '%s')", a->query_from);
+            return cli_fail("data: --query-from must be any, chain, alias or distinct (got '%s')", a->query_from);
     }
     const char *group = a->group;
     if (group) {

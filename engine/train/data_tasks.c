@@ -80,8 +80,8 @@ int latent_task_check(const latent_task *t, latent_err *err) {
         if (t->min_depth < 0 || t->max_depth < t->min_depth || t->max_depth > 200)
             return latent_err_set(err, LATENT_E_INVALID, "data: need 0 <= --min-depth <= --max-depth <= 200 (got %d, %d)", t->min_depth, t->max_depth);
         if (t->n_queries < 1 || t->n_queries > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --queries must be 1..200 (got %d)", t->n_queries);
-        if (t->query_from < LATENT_VAR_QUERY_ANY || t->query_from > LATENT_VAR_QUERY_ALIAS)
-            return latent_err_set(err, LATENT_E_INVALID, "data: query_from must be 0 (any), 1 (chain) or 2 (alias) (got %d)", t->query_from);
+        if (t->query_from < LATENT_VAR_QUERY_ANY || t->query_from > LATENT_VAR_QUERY_DISTINCT)
+            return latent_err_set(err, LATENT_E_INVALID, "data: query_from must be 0 (any), 1 (chain), 2 (alias) or 3 (distinct) (got %d)", t->query_from);
         if (t->n_distractors < 0 || t->n_distractors > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --distractors must be 0..200 (got %d)", t->n_distractors);
         if (t->n_base + t->max_depth + t->n_distractors > 26 * 26)
             return latent_err_set(err, LATENT_E_INVALID, "data: at most 676 variables (two-letter names)");
@@ -323,6 +323,32 @@ static int resolve_digit(const int *rhs, int v) {
     return -1 - rhs[v];
 }
 
+/* the digit variable an alias chain ends at */
+static int resolve_sink(const int *rhs, int v) {
+    while (rhs[v] >= 0) v = rhs[v];
+    return v;
+}
+
+/* --query-from distinct: up to `cap` aliases in random order, each ending at
+ * its own digit variable and none at the task query's, so that no answer
+ * can be copied from another answer of the record. Returns how many. */
+static int pick_distinct_sinks(latent_rng *rng, const int *rhs, int n_base, int n_vars, int query, int cap, int *out) {
+    int n_alias = n_vars - n_base, n = 0;
+    int *cand = malloc((size_t)(n_alias > 0 ? n_alias : 1) * sizeof *cand);
+    char *used = calloc((size_t)n_base, 1);
+    if (!cand || !used) abort();
+    for (int i = 0; i < n_alias; i++) cand[i] = n_base + i;
+    shuffle(rng, cand, n_alias);
+    used[resolve_sink(rhs, query)] = 1;
+    for (int i = 0; i < n_alias && n < cap; i++) {
+        int sink = resolve_sink(rhs, cand[i]);
+        if (!used[sink]) used[sink] = 1, out[n++] = cand[i];
+    }
+    free(cand);
+    free(used);
+    return n;
+}
+
 static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
     const int nl = var_name_len(t), space = nl == 1 ? 26 : 676;
     int depth = rand_range(rng, t->min_depth, t->max_depth);
@@ -361,12 +387,19 @@ static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
         put(r, V_SEMI);
     }
     /* the aliases (chain and distractors) are the variables from n_base on */
-    int n_alias = n_vars - t->n_base;
-    for (int i = 1; i < t->n_queries; i++) { /* extra queries, answer scored */
+    int n_alias = n_vars - t->n_base, n_extra = t->n_queries - 1, *distinct = NULL;
+    if (t->query_from == LATENT_VAR_QUERY_DISTINCT) {
+        distinct = malloc((size_t)(n_extra > 0 ? n_extra : 1) * sizeof *distinct);
+        if (!distinct) abort();
+        n_extra = pick_distinct_sinks(rng, rhs, t->n_base, n_vars, query, n_extra, distinct);
+    }
+    for (int i = 0; i < n_extra; i++) { /* extra queries, answer scored */
         /* any variable; an alias on the query's chain (chain + j resolves in
-         * depth - j hops); or any alias. A record without those: any variable */
+         * depth - j hops); any alias; or the distinct ones picked above.
+         * A record without those: any variable */
         int v;
-        if (t->query_from == LATENT_VAR_QUERY_CHAIN && depth) v = chain + rand_below(rng, depth);
+        if (distinct) v = distinct[i];
+        else if (t->query_from == LATENT_VAR_QUERY_CHAIN && depth) v = chain + rand_below(rng, depth);
         else if (t->query_from == LATENT_VAR_QUERY_ALIAS && n_alias) v = t->n_base + rand_below(rng, n_alias);
         else v = rand_below(rng, n_vars);
         put_name(r, nl, names[v]);
@@ -379,6 +412,7 @@ static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
     put(r, V_QUERY);
     put(r, V_DIGIT + (uint32_t)digit);
     r->mask[r->len - 1] = 1;
+    free(distinct);
     free(names);
     free(rhs);
     free(order);

@@ -50,9 +50,11 @@ typedef struct latent_task {
 /* latent_task.query_from. ANY: any variable. CHAIN: only the task query's
  * chain of aliases (depths 1..the record's; every answer the same digit).
  * ALIAS: any variable that names another (the chain and the distractors):
- * no plain lookups, and most answers differ from the task's. A record
- * without such a variable falls back to ANY. */
-enum { LATENT_VAR_QUERY_ANY = 0, LATENT_VAR_QUERY_CHAIN = 1, LATENT_VAR_QUERY_ALIAS = 2 };
+ * no plain lookups. A record without such a variable falls back to ANY.
+ * DISTINCT: aliases whose chains end at distinct digit variables, none at
+ * the task query's, so no answer can be copied from another (as many as
+ * the record has, up to n_queries - 1: the record may hold fewer). */
+enum { LATENT_VAR_QUERY_ANY = 0, LATENT_VAR_QUERY_CHAIN = 1, LATENT_VAR_QUERY_ALIAS = 2, LATENT_VAR_QUERY_DISTINCT = 3 };
 
 /* Defaults of each task (the papers' settings where they give them). */
 void latent_task_defaults(latent_task *t, latent_task_kind kind);

@@ -167,8 +167,8 @@ static void check_s5r(int dict_size, int value_len) {
 }
 
 /* The alias hops from `name` to a digit in the parsed lines; checks the digit
- * is `want` and the chain ends. */
-static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, char want, int r) {
+ * is `want` and the chain ends. *sink: the digit variable's line. */
+static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, char want, int r, int *sink) {
     char cur[3];
     snprintf(cur, 3, "%.2s", name);
     for (int depth = 0; depth < 700; depth++) {
@@ -178,6 +178,7 @@ static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, 
         if (j == n) return -1;
         if (rhs[j][0] >= '0' && rhs[j][0] <= '9') {
             CHECK(rhs[j][0] == want, "var: record %d answer %c, resolved %c", r, want, rhs[j][0]);
+            *sink = j;
             return depth;
         }
         snprintf(cur, 3, "%.2s", rhs[j]);
@@ -191,6 +192,8 @@ static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, 
  * depth in range, and each target's bucket is its own query's depth. */
 static void check_var(int n_base, int min_depth, int max_depth, int distractors, int n_queries, int query_from) {
     const int from_chain = query_from == LATENT_VAR_QUERY_CHAIN, from_alias = query_from == LATENT_VAR_QUERY_ALIAS;
+    const int distinct = query_from == LATENT_VAR_QUERY_DISTINCT;
+    int fewer = 0, most = 0; /* distinct: records with fewer extra queries than asked; the most */
     latent_task t;
     latent_task_defaults(&t, LATENT_TASK_VAR);
     t.n_base = n_base, t.min_depth = min_depth, t.max_depth = max_depth, t.n_distractors = distractors;
@@ -229,19 +232,21 @@ static void check_var(int n_base, int min_depth, int max_depth, int distractors,
             n++;
             s = q + 1;
         }
-        CHECK(nq == n_queries - 1, "var: %d extra queries", nq);
+        CHECK(distinct ? nq <= n_queries - 1 : nq == n_queries - 1, "var: %d extra queries", nq);
+        fewer += nq < n_queries - 1;
+        most = nq > most ? nq : most;
         char *qm = strchr(s, '?');
         CHECK(qm && qm[1] >= '0' && qm[1] <= '9' && !qm[2], "var: query '%s'", s);
         if (!qm || nq > 62) continue;
         snprintf(queries[nq++], 6, "%.5s", s);
         latent_target tg[64];
         CHECK(latent_task_targets(&d, r, tg, 64) == nq, "var: record %d: not %d targets", r, nq);
-        int depth = -1, extra_depth[64];
+        int depth = -1, extra_depth[64], sink[64];
         for (int k = 0; k < nq; k++) {
             char *m = strchr(queries[k], '?');
             char want = m[1];
             *m = 0;
-            depth = var_resolve(names, rhs, n, queries[k], want, r);
+            depth = var_resolve(names, rhs, n, queries[k], want, r, &sink[k]);
             if (depth < 0) break;
             if (k + 1 < nq) extra_depth_seen[depth < 63 ? depth : 63]++, extra_depth[k] = depth;
             CHECK(tg[k].bucket == depth && d.mask[(size_t)r * L + tg[k].pos] && tok[tg[k].pos] == tg[k].want &&
@@ -257,10 +262,18 @@ static void check_var(int n_base, int min_depth, int max_depth, int distractors,
         /* --query-from alias: no extra query is a plain lookup */
         for (int k = 0; from_alias && depth + distractors > 0 && k + 1 < nq; k++)
             CHECK(extra_depth[k] >= 1, "var: record %d: alias query at depth 0", r);
+        /* --query-from distinct: aliases, each ending at its own digit variable */
+        for (int k = 0; distinct && k + 1 < nq; k++) {
+            CHECK(extra_depth[k] >= 1, "var: record %d: distinct query at depth 0", r);
+            for (int j = k + 1; j < nq; j++) CHECK(sink[j] != sink[k], "var: record %d: queries %d and %d share a digit variable", r, k, j);
+        }
         depth_seen[depth]++;
     }
     CHECK(depth_seen[min_depth] && depth_seen[max_depth], "var: depths %d and %d occur", min_depth, max_depth);
-    if (n_queries > 1 && !from_chain && !from_alias) CHECK(extra_depth_seen[0] && extra_depth_seen[1], "var: extra queries at depths 0 and 1");
+    if (n_queries > 1 && !from_chain && !from_alias && !distinct) CHECK(extra_depth_seen[0] && extra_depth_seen[1], "var: extra queries at depths 0 and 1");
+    if (distinct)
+        CHECK(fewer > 0 && most >= 2 && extra_depth_seen[1] && extra_depth_seen[2], "var: distinct: %d of %d records short, at most %d extra",
+              fewer, d.n_records, most);
     if (n_queries > 1 && from_alias && min_depth > 0)
         CHECK(!extra_depth_seen[0] && extra_depth_seen[1] && extra_depth_seen[max_depth + 1], "var: alias queries at depths 1..%d and past", max_depth + 1);
     if (n_queries > 1 && from_chain && min_depth > 0)
@@ -390,8 +403,8 @@ static void check_refusals(void) {
     t.n_base = 600, t.max_depth = 100;
     CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0, "too many variables");
     latent_task_defaults(&t, LATENT_TASK_VAR);
-    t.query_from = 3;
-    CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0 && strstr(err.msg, "query_from"), "query_from 3: %s", err.msg);
+    t.query_from = LATENT_VAR_QUERY_DISTINCT + 1;
+    CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0 && strstr(err.msg, "query_from"), "query_from out of range: %s", err.msg);
     latent_task_defaults(&t, LATENT_TASK_S5R);
     CHECK(latent_data_generate(&t, 1, 0, 0, &d, &err) != 0, "zero records");
 }
@@ -415,6 +428,8 @@ int main(void) {
     check_var(8, 0, 3, 6, 4, 1);    /* depth-0 records: any variable */
     check_var(8, 1, 5, 6, 8, 2);    /* --query-from alias: chain and distractors */
     check_var(8, 0, 3, 0, 4, 2);    /* depth 0 and no distractors: any variable */
+    check_var(8, 1, 5, 6, 8, 3);    /* --query-from distinct */
+    check_var(8, 0, 2, 2, 3, 3);
     check_files_and_tokenizer();
     check_refusals();
     check_var_file();
