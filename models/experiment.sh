@@ -257,6 +257,8 @@ EOF
 #      record ask for any variable), chain (only the task query's aliases,
 #      depths 1..k) or alias (any alias: the chain and the distractors, no
 #      plain lookups): `latent data var-assign --query-from`;
+#      STATE_VAR_QUERIES: queries a training record of the depth stages
+#      (8; 1: the task query alone, no answer to lean on another);
 #      STATE_VAR_LINES: 1 (default with the lookup stages: the lines grow
 #      with the depth, as above) or 0 (8 digit variables, 6 distractors from
 #      stage 1 on);
@@ -278,6 +280,8 @@ state_data() { # task seed dir
     lines=${STATE_VAR_LINES:-$lookup} # the lookup recipe also grows the lines: 2 digit variables at depth 1
     local qf=${STATE_VAR_QUERY_FROM:-any} qtag=""
     [ "$qf" = any ] || qtag=" queries-$qf" # the default keeps the data.done of earlier runs
+    local nq=${STATE_VAR_QUERIES:-8}
+    [ "$nq" = 8 ] || qtag="$qtag q$nq"
     [ "$t" = var ] && order="$order lines$lines lookup$lookup$qtag" || order=""
     [ "$(cat "$d/data.done" 2>/dev/null)" = "ok${order:+ $order}" ] && return 0
     mkdir -p "$d"
@@ -297,7 +301,7 @@ state_data() { # task seed dir
         # 0 with 2 and then 8 digit variables. Test sets: one query a record.
         local nb=8 nd=6 len=80 q=1 K
         if [ "$lookup" = 1 ]; then
-            q=8
+            q=$nq # the depth stages' queries a record; the lookup stages keep 8
             for K in 2 8; do
                 "$latent" data var-assign --depth 0 --n-base $K --distractors 0 --queries 8 --order "${order%% *}" \
                     --n-records $n_train --seed $((s * 100 + 10 + K)) --out "$d/trainL$K" --tokenizer-out "$d/tok" 2>/dev/null
