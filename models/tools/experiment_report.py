@@ -281,42 +281,71 @@ def per_product(acc):
     return math.exp(num / den) if den else float("nan")
 
 
-def s5_projection(cv, after_first_stage=True):
-    """Fit of the per-product error 1 - a against training tokens over the
-    evaluations since a passed 0.5 (a power law, least squares on the logs),
-    and the tokens at which a reaches 0.95^(1/15) (0.99659: every position
-    1-16 at least 0.95 if the products' errors were independent). Returns a
-    dict or None when there are fewer than 3 points or no downward trend."""
+def power_law_goal(pts, goal):
+    """Least squares on the logs of err = c * tokens^b over pts, a list of
+    (tokens, error); the tokens at which err reaches goal. Returns a dict, with
+    "tokens" None when the error does not fall, or None with fewer than 3
+    points."""
     import math
-    pts = [(c["tokens"], per_product(c["final_acc"]), c) for c in cv]
-    # only after the transition: position 2 (one product) right at least half the time
-    pts = [(t, a, c) for t, a, c in pts if a == a and a > 0.5 and c["final_acc"].get("2", 0) > 0.5]
-    if after_first_stage:  # the conservative fit: past the transition of the first stage
-        pts = [(t, a, c) for t, a, c in pts if c["stage"] != cv[0]["stage"]]
     if len(pts) < 3:
         return None
-    xs = [math.log(t) for t, _, _ in pts]
-    ys = [math.log(max(1 - a, 1e-6)) for _, a, _ in pts]
+    xs = [math.log(t) for t, _ in pts]
+    ys = [math.log(max(e, 1e-6)) for _, e in pts]
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
     if sxx == 0:
         return None
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    c0 = my - b * mx
     if b >= 0:
         return {"points": n, "slope": b, "tokens": None}
-    goal = 1 - 0.95 ** (1 / 15)
-    tok = math.exp((math.log(goal) - c0) / b)
+    return {"points": n, "slope": b, "tokens": math.exp((math.log(goal) - (my - b * mx)) / b)}
+
+
+def projected_cost(cv, fit):
+    """Adds to a power_law_goal fit the CPU cost of reaching its tokens: the
+    run's CPU seconds so far plus the rest at its final stage's measured CPU
+    seconds per token (from that stage's own chunks)."""
     last = cv[-1]
-    # CPU seconds per token at the final stage, from its own chunks
-    fin = [c for c in cv if c["stage"] == last["stage"]]
     prev = [c for c in cv if c["stage"] != last["stage"]]
     t0, s0 = (prev[-1]["tokens"], prev[-1]["cpu_s"]) if prev else (0, 0.0)
     rate = (last["cpu_s"] - s0) / max(1, last["tokens"] - t0)
-    extra = max(0.0, tok - last["tokens"]) * rate
-    return {"points": n, "slope": b, "a_last": pts[-1][1], "tokens": tok, "rate": rate,
-            "cpu_h": (last["cpu_s"] + extra) / 3600.0}
+    extra = max(0.0, fit["tokens"] - last["tokens"]) * rate
+    fit.update(rate=rate, cpu_h=(last["cpu_s"] + extra) / 3600.0)
+    return fit
+
+
+def s5_projection(cv, after_first_stage=True):
+    """Fit of the per-product error 1 - a against training tokens over the
+    evaluations since a passed 0.5 (a power law, least squares on the logs),
+    and the tokens at which a reaches 0.95^(1/15) (0.99659: every position
+    1-16 at least 0.95 if the products' errors were independent). Returns a
+    dict or None when there are fewer than 3 points or no downward trend."""
+    pts = [(c["tokens"], per_product(c["final_acc"]), c) for c in cv]
+    # only after the transition: position 2 (one product) right at least half the time
+    pts = [(t, a, c) for t, a, c in pts if a == a and a > 0.5 and c["final_acc"].get("2", 0) > 0.5]
+    if after_first_stage:  # the conservative fit: past the transition of the first stage
+        pts = [(t, a, c) for t, a, c in pts if c["stage"] != cv[0]["stage"]]
+    fit = power_law_goal([(t, 1 - a) for t, a, _ in pts], 1 - 0.95 ** (1 / 15))
+    if fit is None or fit["tokens"] is None:
+        return fit
+    fit["a_last"] = pts[-1][1]
+    return projected_cost(cv, fit)
+
+
+def var_projection(cv):
+    """var-assign: fit of the depth-5 error against training tokens over the
+    evaluations of the last depth stage (5: every depth in the training
+    data), a power law as for S5, and the tokens at which depth 5 reaches 0.9.
+    None when the run did not reach that stage or has fewer than 3 of its
+    evaluations. A plateau that breaks (the lookup's did, seed 11's depth
+    stages did) is not a power law: the fit describes a creep, not a jump."""
+    pts = [(c["tokens"], 1 - c["final_acc"]["5"]) for c in cv if str(c["stage"]) == "5" and "5" in c["final_acc"]]
+    fit = power_law_goal(pts, 0.1)
+    if fit is None or fit["tokens"] is None:
+        return fit
+    fit["a_last"] = 1 - pts[-1][1]
+    return projected_cost(cv, fit)
 
 
 def state_main(res, out, cpu, jobs, prec, budget, quick):
@@ -424,6 +453,26 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
                                  " Fitted instead over all %d evaluations since position 2 passed 0.5, the transition included "
                                  "(exponent %.2f): %.1fM tokens, %.2f core-hours." % (pr_all["points"], pr_all["slope"],
                                                                                           pr_all["tokens"] / 1e6, pr_all["cpu_h"])), ""]
+        if task == "var":
+            for model, seed in rr:
+                if model == "plain":
+                    continue
+                if finals.get((model, seed), 0) >= 0.9:
+                    continue  # reached: nothing to project
+                cv = [json.loads(l) for l in open(os.path.join(res, "var.%s.s%d.curve.jsonl" % (model, seed))) if l.strip()]
+                pr = var_projection(cv)
+                if pr is None:
+                    lines += ["Projection, %s seed %d: fewer than 3 evaluations in depth stage 5; no fit." % (LABELS[model], seed), ""]
+                elif pr["tokens"] is None:
+                    lines += ["Projection, %s seed %d: the depth-5 error does not fall over the %d evaluations of depth stage 5; no fit." %
+                              (LABELS[model], seed, pr["points"]), ""]
+                else:
+                    lines += ["Projection, %s seed %d: depth 5 at %.3f at the end; a power law fit of its error against training tokens over "
+                              "the %d evaluations of depth stage 5 (exponent %.2f) reaches 0.9 at %.0fM tokens; at this stage's cost of "
+                              "%.1f CPU microseconds per token that is %.1f core-hours in all (%.1f times the budget). A creep, extrapolated; "
+                              "a plateau that breaks would need far less." %
+                              (LABELS[model], seed, pr["a_last"], pr["points"], pr["slope"], pr["tokens"] / 1e6, pr["rate"] * 1e6,
+                               pr["cpu_h"], pr["cpu_h"] * 3600 / float(budget)), ""]
         metric = "mean accuracy over positions 1-16" if task == "s5" else "accuracy at depth 5"
         chance = 1 / 120 if task == "s5" else 0.1
         for suffix, xl, ser, sc in (("tokens", "training tokens (millions)", tok_series, 1e6),

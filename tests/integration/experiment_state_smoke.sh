@@ -18,6 +18,10 @@ state() { # WORK MAX_STEPS [TASKS [NP]]; env PRECISION
 }
 if state "$tmp/whole" 30; then ok "STATE=1 QUICK=1: S5 and var-assign train and report"
 else fail "STATE=1 QUICK=1" "$(tail -n 20 "$tmp/whole.log")"; fi
+# a run short of its target gets a projection line, or the reason there is none, in each task's section
+[ "$(grep -c '^Projection, .* seed 11: ' "$tmp/whole/report/experiment-state.md" 2>/dev/null)" = 2 ] &&
+    ok "the report: a projection line for S5 and for var-assign" ||
+    fail "the report's projection lines" "$(grep '^Projection' "$tmp/whole/report/experiment-state.md" 2>&1)"
 # var: the lookup run's 20 steps (QUICK's STATE_VAR_LOOKUP_STEPS), then the fork's 30
 for tl in s5:6 var:10; do
     t=${tl%:*}
