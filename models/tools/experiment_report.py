@@ -466,6 +466,12 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
                 elif pr["tokens"] is None:
                     lines += ["Projection, %s seed %d: the depth-5 error does not fall over the %d evaluations of depth stage 5; no fit." %
                               (LABELS[model], seed, pr["points"]), ""]
+                elif pr["cpu_h"] * 3600 / float(budget) > 1000:
+                    # a shallow fit projects figures of no practical meaning; say what they mean instead
+                    lines += ["Projection, %s seed %d: depth 5 at %.3f at the end; the power law fit of its error over the %d evaluations "
+                              "of depth stage 5 (exponent %.2f) puts 0.9 more than a thousand times the budget away (%.3g core-hours): "
+                              "out of reach by this recipe's creep; a plateau that breaks would need far less." %
+                              (LABELS[model], seed, pr["a_last"], pr["points"], pr["slope"], pr["cpu_h"]), ""]
                 else:
                     lines += ["Projection, %s seed %d: depth 5 at %.3f at the end; a power law fit of its error against training tokens over "
                               "the %d evaluations of depth stage 5 (exponent %.2f) reaches 0.9 at %.0fM tokens; at this stage's cost of "
