@@ -252,6 +252,11 @@ EOF
 #      takes its rates too),
 #      STATE_VAR_LOOKUP (1: the lookup stages; 0: without, as above),
 #      STATE_VAR_LOOKUP_BUDGET (1500: CPU s of the lookup run at most),
+#      STATE_VAR_LOOKUP_L2_CPU (1200: CPU s at which L2 ends, criterion unmet),
+#      STATE_VAR_STAGE_CPU ("300 600 900 1200": CPU s after the lookup run's
+#      end at which depth stages 1-4 end, criterion unmet),
+#      STATE_VAR_COOL_AFTER (1800: var's cool-down, CPU s after that end),
+#      STATE_D (the model width of every task, FFN 4x; default s5 128, var 64),
 #      STATE_VAR_LOOKUP_STEPS (its steps at most; QUICK: 20);
 #      STATE_VAR_QUERY_FROM: any (default: the 7 extra queries of a training
 #      record ask for any variable), chain (only the task query's aliases,
@@ -332,6 +337,7 @@ state_model() { # task model seed
     [ "$m" = t2mlr ] && kind=t2mlr
     [ "$m" = lrt ] && kind=lrt
     [ "$t" = s5 ] && { dm=128 ff=512 stages="4 8 16" final=16 chunk=${STATE_CHUNK:-500} ends="600 900"; }
+    [ -n "${STATE_D:-}" ] && { dm=$STATE_D ff=$((4 * STATE_D)); }
     if [ "$t" = var ] && [ "${STATE_VAR_LOOKUP:-1}" = 1 ]; then
         # the rate and the precision of the probes that learnt the lookup (a
         # bf16 lookup run stayed on the plateau to step 14,500, docs/experiments.md)
@@ -340,7 +346,7 @@ state_model() { # task model seed
             # the shared lookup stages; the runs of every model fork from its weights
             # (1200 and 1500 CPU s, fixed: a longer budget gives the same lookup run;
             # seed 12's L2 plateau outlasted 600 CPU s, docs/experiments.md)
-            stages="L2 L8" ends=1200 budget=${STATE_VAR_LOOKUP_BUDGET:-1500} own_max=${STATE_VAR_LOOKUP_STEPS:-$state_max_steps}
+            stages="L2 L8" ends=${STATE_VAR_LOOKUP_L2_CPU:-1200} budget=${STATE_VAR_LOOKUP_BUDGET:-1500} own_max=${STATE_VAR_LOOKUP_STEPS:-$state_max_steps}
             [ "$quick" = 1 ] && { ends=1; budget=${STATE_VAR_LOOKUP_BUDGET:-2}; own_max=${STATE_VAR_LOOKUP_STEPS:-20}; }
         else
             from="$work/results/$t.lookup.s$s"
@@ -350,7 +356,8 @@ state_model() { # task model seed
             # the lookup run's end (fixed, as s5's: the long run is this one
             # continued; seed 13's stages, ended at 120/240/360/480 below 0.75,
             # never learnt depth 2, docs/experiments.md)
-            ends=$("$PY" -c 'import sys; c = float(sys.argv[1]); print(" ".join("%.0f" % (c + x) for x in (300, 600, 900, 1200)))' "$cpu0")
+            ends=$("$PY" -c 'import sys; c = float(sys.argv[1]); print(" ".join("%.0f" % (c + float(x)) for x in sys.argv[2:]))' \
+                "$cpu0" ${STATE_VAR_STAGE_CPU:-300 600 900 1200})
         fi
     fi
     ends=${STATE_STAGE_CPU:-$ends}
@@ -416,7 +423,7 @@ PYEOF
     # of the 20-minute budget; var 1800 after the lookup run's end); runs that
     # follow T2MLR's schedule take its rate at each step
     local cool=${STATE_COOL_CPU:-}
-    [ -n "$cool" ] || { [ "$t" = s5 ] && cool=1000 || cool=$("$PY" -c 'import sys; print("%.0f" % (float(sys.argv[1]) + 1800))' "$cpu0"); }
+    [ -n "$cool" ] || { [ "$t" = s5 ] && cool=1000 || cool=$("$PY" -c 'import sys; print("%.0f" % (float(sys.argv[1]) + float(sys.argv[2])))' "$cpu0" "${STATE_VAR_COOL_AFTER:-1800}"); }
     [ "$m" = lookup ] && cool=1e30 # the shared lookup run is not the recipe's end
     local chunk_lr
     while :; do
