@@ -258,6 +258,9 @@ EOF
 #      STATE_VAR_COOL_AFTER (1800: var's cool-down, CPU s after that end),
 #      STATE_D (the model width of every task, FFN 4x; default s5 128, var 64),
 #      STATE_VAR_LOOKUP_STEPS (its steps at most; QUICK: 20);
+#      STATE_VAR_FORK_GAMMA_REC: T2MLR's gamma_rec at the fork (unset: 0, as
+#      `latent retrofit` leaves it, the lookup's function exactly; 1: the
+#      path open as in a T2MLR from scratch); the curve logs both gammas;
 #      STATE_VAR_QUERY_FROM: any (default: the 7 extra queries of a training
 #      record ask for any variable), chain (only the task query's aliases,
 #      depths 1..k) or alias (any alias: the chain and the distractors, no
@@ -383,7 +386,11 @@ state_model() { # task model seed
             # recurrence added so that the model starts as exactly that
             # function (latent retrofit); its curve is the start of this one
             case $m in
-            t2mlr) "$latent" retrofit --model "$d/lookup.run/latest" --t2mlr 1,2 --out "$d/$m.init" --seed "$s" 2>/dev/null ;;
+            t2mlr) "$latent" retrofit --model "$d/lookup.run/latest" --t2mlr 1,2 --out "$d/$m.init" --seed "$s" 2>/dev/null
+                   # the path open from the fork (gamma_rec as `latent init --gamma-rec` gives
+                   # a T2MLR trained from scratch) rather than closed as the retrofit leaves it
+                   [ -z "${STATE_VAR_FORK_GAMMA_REC:-}" ] ||
+                       "$PY" models/tools/st_scalar.py "$d/$m.init" "model.t2mlr.gamma_rec=$STATE_VAR_FORK_GAMMA_REC" ;;
             lrt) "$latent" retrofit --model "$d/lookup.run/latest" --lrt "${STATE_LRT_SOURCE:-3},1,2" --out "$d/$m.init" --seed "$s" 2>/dev/null ;;
             *) mkdir -p "$d/$m.init"
                cp "$d/lookup.run/latest/"{config.json,model.safetensors,tokenizer.json,tokenizer_config.json} "$d/$m.init/" ;;
@@ -401,7 +408,7 @@ state_model() { # task model seed
     local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --beta1 0.9 --beta2 0.98 --weight-decay 0.1
         --warmup 100 --lr-schedule constant --grad-clip 1 --seed "$s" --threads 1 --precision "$prec"
         --eval-every 1000000 --keep 1)
-    local stage rec D status args
+    local stage rec D status args gammas
     local st=($stages) en=($ends) runner=()
     [ "${NP:-1}" -gt 1 ] && runner=(mpirun -np "$NP" --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo)
     # plain and LRT follow the T2MLR run of their task and seed where that has
@@ -442,13 +449,17 @@ PYEOF
         step=$((step + chunk))
         "$latent" eval --model "$d/$m.run/latest" --data "$d/test$stage.bin" --json --bucket-width 1 >"$d/$m.ev_stage.json" 2>/dev/null
         "$latent" eval --model "$d/$m.run/latest" --data "$d/test$final.bin" --json --bucket-width 1 >"$d/$m.ev_final.json" 2>/dev/null
+        # T2MLR's gammas go into its curve: whether the recurrent path opened
+        gammas=""
+        [ "$m" = t2mlr ] && gammas=$("$PY" models/tools/st_scalar.py "$d/$m.run/latest" model.t2mlr.gamma_rec model.t2mlr.gamma_cur | tr '\n' ' ')
         # a curve line; prints "advance", "stop" or "stay"
         status=$("$PY" - "$d/$m.run/train.jsonl" "$d/$m.ev_stage.json" "$d/$m.ev_final.json" "$out.curve.jsonl" \
             "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$budget" "$max_steps" "$d/$m.cpu" \
             "${en[$si]:-1e30}" "$((si + 1 < ${#st[@]} ? 1 : 0))" "$(echo $stage_steps | cut -d' ' -f$((si + 1)))" \
-            "${STATE_UNTIL_TARGET:-0}" "$step0" "$chunk_lr" <<'PYEOF'
+            "${STATE_UNTIL_TARGET:-0}" "$step0" "$chunk_lr" "$gammas" <<'PYEOF'
 import json, os, sys
-(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, end_cpu, more, at, until, step0, lr) = sys.argv[1:]
+(jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, end_cpu, more, at, until, step0, lr,
+ gammas) = sys.argv[1:]
 rows = [json.loads(l) for l in open(jl) if l.strip()]
 prev = [json.loads(l) for l in open(curve)] if os.path.exists(curve) else []
 tok0, sec0, cpu0 = (prev[-1]["tokens"], prev[-1]["train_s"], prev[-1]["cpu_s"]) if prev else (0, 0.0, 0.0)
@@ -464,6 +475,9 @@ line = {"step": int(step0) + rows[-1]["step"], "stage": stage if lookup else int
         "tokens": tok0 + bt * len(new), "train_s": round(sec0 + sum(bt / r["tokens_per_s"] for r in new), 1),
         "cpu_s": round(cpu0 + cpu, 1), "lr": float(lr),
         "wall_s": round(float(now) - float(wall0), 1), "stage_acc": sa, "final_acc": fa}
+for kv in gammas.split():  # model.t2mlr.gamma_rec=0.12 -> "gamma_rec": 0.12
+    k, v = kv.split("=")
+    line[k.rsplit(".", 1)[1]] = round(float(v), 4)
 def target_met(acc):  # the issue's targets, on the final stage's test set
     if task == "s5":
         return min(acc.values()) >= 0.95

@@ -47,7 +47,20 @@ stages = [json.loads(l)['stage'] for l in tc]
 assert stages[:4] == ['L2', 'L2', 'L8', 'L8'] and stages[4:] == [1, 2, 3, 4, 5, 5], stages
 steps = [json.loads(l)['step'] for l in tc]
 assert steps == list(range(5, 55, 5)), steps
+# the fork's lines log T2MLR's gammas (models/tools/st_scalar.py), the lookup's have none
+gam = [('gamma_rec' in json.loads(l), 'gamma_cur' in json.loads(l)) for l in tc]
+assert gam == [(False, False)] * 4 + [(True, True)] * 6, gam
 PYEOF
+# STATE_VAR_FORK_GAMMA_REC's tool: the retrofit leaves the path closed, the tool opens it in place
+cp -r "$tmp/whole/var-s11/t2mlr.init" "$tmp/open.init"
+[ "$("$PY" "$root/models/tools/st_scalar.py" "$tmp/open.init" model.t2mlr.gamma_rec)" = model.t2mlr.gamma_rec=0 ] &&
+    "$PY" "$root/models/tools/st_scalar.py" "$tmp/open.init" model.t2mlr.gamma_rec=0.75 &&
+    [ "$("$PY" "$root/models/tools/st_scalar.py" "$tmp/open.init" model.t2mlr.gamma_rec model.t2mlr.gamma_cur | tr '\n' ' ')" = \
+        "model.t2mlr.gamma_rec=0.75 model.t2mlr.gamma_cur=0 " ] &&
+    ! "$PY" "$root/models/tools/st_scalar.py" "$tmp/open.init" model.t2mlr.w_rec.weight=1 2>/dev/null &&
+    "$latent" eval --model "$tmp/open.init" --data "$tmp/whole/var-s11/test1.bin" --json >/dev/null 2>&1 &&
+    ok "st_scalar.py: reads the retrofit's closed gamma_rec, sets it, refuses a matrix; the model still loads" ||
+    fail "st_scalar.py on the fork's init"
 # the cool-down (STATE_COOL_CPU=0: from the final stage's first line on), each
 # chunk's rate as latent train was given it: s5 2e-3 until a line of stage 16
 # is there, then halved a chunk; var 1e-3, the lookup run's lines included
