@@ -3,19 +3,20 @@
 gammas) of a model directory's model.safetensors, in place.
 
 usage: st_scalar.py DIR NAME...              prints NAME=VALUE, one a line
-       st_scalar.py DIR NAME=VALUE...        sets them (F32 or BF16 tensors)
+       st_scalar.py DIR NAME=VALUE...        sets them (F32 tensors)
 
 The experiments use it to start a retrofit T2MLR with its recurrent path
 open (models/experiment.sh, STATE_VAR_FORK_GAMMA_REC) and to log the gammas
 in a learning curve. Only tensors of one element; anything else is refused,
-naming the file and the tensor.
+naming the file and the tensor. It patches the four bytes in place rather
+than going through tests/ref/safetensors_py.py, which needs numpy (a test
+dependency, not the experiments') and rewrites every tensor in one dtype.
 """
 import json
 import os
 import struct
 import sys
 
-SIZES = {"F32": 4, "BF16": 2}
 
 
 def fail(msg):
@@ -40,28 +41,12 @@ def locate(path, header, base, name):
     t = header.get(name)
     if t is None:
         fail(f"{path}: no tensor {name}")
-    if t["dtype"] not in SIZES:
-        fail(f"{path}: {name} is {t['dtype']}, not F32 or BF16")
+    if t["dtype"] != "F32":
+        fail(f"{path}: {name} is {t['dtype']}, not F32")
     b, e = t["data_offsets"]
-    if e - b != SIZES[t["dtype"]]:
+    if e - b != 4:
         fail(f"{path}: {name} has shape {t['shape']}, not one element")
-    return t["dtype"], base + b
-
-
-def decode(dtype, raw, off):
-    if dtype == "F32":
-        return struct.unpack_from("<f", raw, off)[0]
-    (bits,) = struct.unpack_from("<H", raw, off)
-    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
-
-
-def encode(dtype, value):
-    f32 = struct.pack("<f", value)
-    if dtype == "F32":
-        return f32
-    (bits,) = struct.unpack("<I", f32)
-    bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even, as the engine's bf16 conversion
-    return struct.pack("<H", (bits >> 16) & 0xFFFF)
+    return base + b
 
 
 def main(argv):
@@ -74,15 +59,14 @@ def main(argv):
         fail("either read names or set NAME=VALUE, not both")
     if not sets:
         for name in argv[1:]:
-            dtype, off = locate(path, header, base, name)
-            print(f"{name}={decode(dtype, raw, off):.6g}")
+            off = locate(path, header, base, name)
+            print(f"{name}={struct.unpack_from('<f', raw, off)[0]:.6g}")
         return
     buf = bytearray(raw)
     for a in sets:
         name, value = a.split("=", 1)
-        dtype, off = locate(path, header, base, name)
-        data = encode(dtype, float(value))
-        buf[off:off + len(data)] = data
+        off = locate(path, header, base, name)
+        buf[off:off + 4] = struct.pack("<f", float(value))
     tmp = path + ".tmp"  # written whole, then renamed: a stopped run never leaves half a file
     with open(tmp, "wb") as f:
         f.write(buf)
