@@ -243,7 +243,9 @@ EOF
 #      seed, stage ends and steps, so the two see the same data);
 #      STATE_STAGE_CPU (the CPU seconds at which a stage ends if its
 #      criterion is not met: s5 "600 900", i.e. 50/75% of the 20-minute
-#      budget, also when the budget grows; var as above);
+#      budget, also when the budget grows; var without the lookup stages
+#      "360 540 720 900"; the lookup recipe ignores it and takes
+#      STATE_VAR_LOOKUP_L2_CPU and STATE_VAR_STAGE_CPU);
 #      STATE_COOL_CPU (the cool-down: from this many CPU s on, each chunk of
 #      the final stage halves the learning rate, to 1/16 at most; s5 1000,
 #      var 1800 after the lookup run's end; the long runs and cool-downs of
@@ -363,7 +365,8 @@ state_model() { # task model seed
                 "$cpu0" ${STATE_VAR_STAGE_CPU:-300 600 900 1200})
         fi
     fi
-    ends=${STATE_STAGE_CPU:-$ends}
+    # var's lookup recipe has its own caps (STATE_VAR_LOOKUP_L2_CPU, STATE_VAR_STAGE_CPU)
+    [ "$lookup" = 1 ] || ends=${STATE_STAGE_CPU:-$ends}
     [ "$quick" = 1 ] && chunk=${STATE_CHUNK:-5}
     local step=0 si=0 wall0
     wall0=$(date +%s.%N)
