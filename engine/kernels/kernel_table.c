@@ -6,6 +6,9 @@
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 /* The tile kernel through each implementation of the tile layer. */
 static void bf16_amx_hw(float *out, int ldo, const uint16_t *xb, int m, int n, int k, const uint16_t *panels, int p0,
                         int p1, int acc) {
@@ -28,10 +31,16 @@ void latent_kernels_choose(latent_kernels *k, latent_isa isa, const latent_amx_o
     k->bf16_pack_pairs = latent_bf16_pairs_pick(isa);
     k->bf16_pack_panels = latent_bf16_panels_pick(isa);
     k->gemm_q8 = latent_gemm_q8_pick(isa, &k->q8_path);
-    /* on the hardware, tiles serve products of Q8_AMX_MIN_ROWS rows or more
-     * (fewer fill too little of a tile); through the model, every product */
-    k->q8_tile_rows = !tiles ? 0 : tiles == &latent_amx_hw ? Q8_AMX_MIN_ROWS : 1;
-    if (tiles) k->q8_path = tiles->name;
+    /* Through the model, tiles serve every q8 product (so tests cover them).
+     * On the hardware they serve none unless LATENT_Q8_TILES=1: measured on
+     * the Xeon (docs/benchmarks.md, 2026-12-06) the tile path, which must
+     * take each 32-deep block's sums out of the tiles to scale them, runs
+     * prefill at 0.66x VNNI's. With it set, products of Q8_AMX_MIN_ROWS rows
+     * or more (fewer fill too little of a tile). */
+    const char *want = getenv("LATENT_Q8_TILES");
+    int hw_tiles = want && !strcmp(want, "1");
+    k->q8_tile_rows = !tiles ? 0 : tiles == &latent_amx_hw ? (hw_tiles ? Q8_AMX_MIN_ROWS : 0) : 1;
+    if (k->q8_tile_rows) k->q8_path = tiles->name;
     k->avx512 = isa >= LATENT_ISA_AVX512;
     k->f32_blas_faster = isa < LATENT_ISA_AVX512;
 }

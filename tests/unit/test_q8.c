@@ -176,29 +176,42 @@ static void test_row_counts(void) {
 int main(void) {
     test_quantizer();
     /* generic C, then the best vector path (VNNI where the CPU has it), then
-     * the AMX tile kernel through the software model of the tile layer */
-    const char *levels[3] = {"generic", latent_isa_name(latent_isa_detected()), "amx-model"};
-    float *results[3][N_SHAPES] = {{0}};
-    char paths[3][16] = {"", "", ""};
+     * the AMX tile kernel through the software model of the tile layer, and
+     * on AMX hardware the tile kernel on the tiles (LATENT_Q8_TILES=1: the
+     * amx path itself keeps q8 on VNNI, which measured faster) */
+    int hw = latent_isa_detected() == LATENT_ISA_AMX && !latent_isa_amx_check_failed();
+    int n_levels = hw ? 4 : 3;
+    const char *levels[4] = {"generic", latent_isa_name(latent_isa_detected()), "amx-model", "amx"};
+    float *results[4][N_SHAPES] = {{0}};
+    char paths[4][16] = {"", "", "", ""};
     for (int t = 1; t <= 2; t++) {
         latent_set_threads(t);
-        for (int li = 0; li < 3; li++) {
+        for (int li = 0; li < n_levels; li++) {
+            if (li == 3) setenv("LATENT_Q8_TILES", "1", 1);
             CHECK(latent_isa_set_path(levels[li]) == 0, "path %s", levels[li]);
-            snprintf(paths[li], sizeof paths[li], "%s", latent_q8_path());
+            snprintf(paths[li], sizeof paths[li], "%s%s", latent_q8_path(), li == 3 ? "-tiles" : "");
+            if (li == 3) {
+                CHECK(!strcmp(latent_q8_path(), "amx"), "LATENT_Q8_TILES=1 puts q8 on the hardware tiles");
+                unsetenv("LATENT_Q8_TILES");
+            }
             rs = 0x9E3779B97F4A7C15ULL; /* the same inputs on every path */
             for (int s = 0; s < N_SHAPES; s++) results[li][s] = check_shape(shapes[s][0], shapes[s][1], shapes[s][2]);
             test_row_counts();
             test_rows_quantize();
         }
-        for (int li = 1; li < 3; li++)
+        for (int li = 1; li < n_levels; li++)
             for (int s = 0; s < N_SHAPES; s++)
                 CHECK(memcmp(results[0][s], results[li][s], sizeof(float) * shapes[s][0] * shapes[s][1]) == 0,
                       "%d threads: %s and %s differ on %dx%dx%d", t, paths[li], paths[0], shapes[s][0], shapes[s][1],
                       shapes[s][2]);
-        for (int li = 0; li < 3; li++)
+        for (int li = 0; li < n_levels; li++)
             for (int s = 0; s < N_SHAPES; s++) free(results[li][s]), results[li][s] = NULL;
     }
+    if (hw) {
+        latent_isa_set_path("amx");
+        CHECK(strcmp(latent_q8_path(), "amx") != 0, "the amx path keeps q8 off the tiles by default (%s)", latent_q8_path());
+    }
     latent_isa_set_path(latent_isa_name(latent_isa_detected()));
-    printf("q8 kernels tested on: %s %s %s\n", paths[0], paths[1], paths[2]);
+    printf("q8 kernels tested on: %s %s %s %s\n", paths[0], paths[1], paths[2], paths[3]);
     return tu_finish("test_q8");
 }
