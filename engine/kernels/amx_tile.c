@@ -65,6 +65,8 @@ void latent_amx_shape(const latent_amx_ops *ops, int rows0, int rows1, int p) {
     loaded_by = ops, loaded_rows0 = rows0, loaded_rows1 = rows1, loaded_p = p;
 }
 
+void latent_amx_begin(void) { loaded_rows0 = -1; /* no shape matches: the next one loads */ }
+
 void latent_amx_release(void) {
     if (!loaded_by) return;
     loaded_by->release();

@@ -81,6 +81,12 @@ extern const latent_amx_ops latent_amx_hw, latent_amx_model;
 void latent_amx_shape(const latent_amx_ops *ops, int rows0, int rows1, int p);
 /* TILERELEASE now on this thread (the next latent_amx_shape loads again). */
 void latent_amx_release(void);
+/* A product starts on this thread: its first latent_amx_shape loads the
+ * config even where the same shape is loaded. Code outside ours may have
+ * released the tiles since (oneDNN's kernels end with TILERELEASE), and a
+ * tile instruction on unconfigured tiles raises SIGILL: onednn_compare died
+ * so on the Xeon. One LDTILECFG a product call. */
+void latent_amx_begin(void);
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -155,6 +155,7 @@ void latent_gemm_amx_run(const latent_amx_ops *ops, float *out, int ldo, const u
                          const uint16_t *panels, int p0, int p1, int acc) {
     amx_call c = {out, ldo, xb, m, (k + 1) / 2, acc};
     if (m <= 0 || c.kp == 0) return;
+    latent_amx_begin();
 #if defined(__x86_64__) && defined(__GNUC__)
     if (ops == &latent_amx_hw) {
         run_hw(&c, panels, n, p0, p1);

@@ -110,6 +110,7 @@ static void run_rows(const latent_amx_ops *o, float *out, int ldo, const q8_rows
 void latent_gemm_q8_amx(const latent_amx_ops *o, float *out, int ldo, const q8_rows *x, int n, const uint8_t *panels,
                         int p0, int p1) {
     int m = x->m, full = m / 32 * 32;
+    latent_amx_begin();
     for (int pn = p0; pn < p1; pn++) {
         const uint8_t *panel = panels + (size_t)pn * x->nb * Q8_BLOCK_BYTES;
         int c0 = pn * Q8_PANEL, cols = n - c0 < Q8_PANEL ? n - c0 : Q8_PANEL;
