@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/amx_tile.h"
 #include "kernels/kernels.h"
 #include "latent/kv.h"
 #include "latent/threads.h"
@@ -135,6 +136,17 @@ static void test_packers(latent_isa isa) {
  * the trainer packs dY^T) gives the bits of the row-major product, with and
  * without accumulation, for odd k and partial panels and row tiles. */
 static void test_pair_major(latent_isa isa) {
+    /* On the hardware tiles the row-major product runs on TDPBF16PS, whose
+     * sums round unlike vdpbf16ps's, and the pair-major one on vdpbf16ps: the
+     * bits differ (seen on the Xeon). The trainer then reads rows (the
+     * kernel table's bf16_pair_major is 0), so no product it runs mixes them. */
+    const latent_kernels *km = latent_kernels_active();
+    if (km->tiles == &latent_amx_hw) {
+        CHECK(!km->bf16_pair_major, "%s: the trainer reads rows on the hardware tiles", latent_isa_name(isa));
+        printf("pair-major against rows on %s: not compared (the trainer does not use pair-major there)\n",
+               latent_isa_name(isa));
+        return;
+    }
     int shapes[][3] = {{1, 32, 2}, {13, 40, 7}, {25, 70, 300}, {40, 33, 257}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], kp = (k + 1) / 2, np = 0;
