@@ -28,8 +28,10 @@
  * vmulps as ws * xs, vfmadd231ps as fmaf), so the bits are the same. It is
  * what makes the path pay: on the Xeon the scalar loop (with fmaf a library
  * call in this file's baseline build) took 70% of a q8 prefill and made the
- * tile path 8x slower than VNNI. Every AMX CPU has AVX-512; the model uses it
- * wherever the CPU has it, so the vector epilogue is tested without AMX. */
+ * tile path 8x slower than VNNI. The kernel table's level picks it (every AMX
+ * CPU has AVX-512, and amx-model runs at avx512bf16 where the CPU has it),
+ * so test_q8 runs the vector epilogue without AMX; the scalar one serves the
+ * model on CPUs without AVX-512 only. */
 static void scale_row_scalar(float *dst, const int32_t *c0, const int32_t *c1, const float *ws, float xs, int cols,
                              int first) {
     for (int f = 0; f < cols; f++) {
@@ -55,13 +57,6 @@ __attribute__((target("avx512f"))) static void scale_row_avx512(float *dst, cons
 #endif
 
 typedef void (*scale_row_fn)(float *, const int32_t *, const int32_t *, const float *, float, int, int);
-
-static scale_row_fn scale_row_pick(void) {
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) return scale_row_avx512;
-#endif
-    return scale_row_scalar;
-}
 
 /* The block's C tiles scaled into out rows [r0, r0 + rows), features c0.. */
 static void put_block(const latent_amx_ops *o, float *out, int ldo, const q8_rows *x, int r0, int rows, int c0,
@@ -94,9 +89,8 @@ static void run_block(const latent_amx_ops *o, float *out, int ldo, const q8_row
 /* Rows [r0, r1) in groups of `group` (1..32, one tile shape) by one panel,
  * block by block in k order. */
 static void run_rows(const latent_amx_ops *o, float *out, int ldo, const q8_rows *x, int r0, int r1, int group,
-                     const uint8_t *panel, int c0, int cols) {
+                     const uint8_t *panel, int c0, int cols, scale_row_fn scale_row) {
     latent_amx_shape(o, group < 16 ? group : 16, group > 16 ? group - 16 : 0, 8);
-    scale_row_fn scale_row = scale_row_pick();
     for (int b = 0; b < x->nb; b++) {
         const uint8_t *blk = panel + (size_t)b * Q8_BLOCK_BYTES;
         _Alignas(64) int8_t w[Q8_BLOCK * Q8_PANEL];
@@ -110,11 +104,15 @@ static void run_rows(const latent_amx_ops *o, float *out, int ldo, const q8_rows
 void latent_gemm_q8_amx(const latent_amx_ops *o, float *out, int ldo, const q8_rows *x, int n, const uint8_t *panels,
                         int p0, int p1) {
     int m = x->m, full = m / 32 * 32;
+    scale_row_fn scale_row = scale_row_scalar;
+#if defined(__x86_64__)
+    if (latent_kernels_active()->avx512) scale_row = scale_row_avx512;
+#endif
     latent_amx_begin();
     for (int pn = p0; pn < p1; pn++) {
         const uint8_t *panel = panels + (size_t)pn * x->nb * Q8_BLOCK_BYTES;
         int c0 = pn * Q8_PANEL, cols = n - c0 < Q8_PANEL ? n - c0 : Q8_PANEL;
-        if (full) run_rows(o, out, ldo, x, 0, full, 32, panel, c0, cols);
-        if (full < m) run_rows(o, out, ldo, x, full, m, m - full, panel, c0, cols);
+        if (full) run_rows(o, out, ldo, x, 0, full, 32, panel, c0, cols, scale_row);
+        if (full < m) run_rows(o, out, ldo, x, full, m, m - full, panel, c0, cols, scale_row);
     }
 }

@@ -285,6 +285,22 @@ static void test_selfcheck(void) {
     latent_amx_release();
 }
 
+/* Code outside ours (oneDNN) may TILERELEASE between our products: the next
+ * product of the same shape must load its config again, not trust the
+ * cache (the model aborts on unconfigured tiles, the hardware raises SIGILL). */
+static void test_foreign_release(const latent_amx_ops *ops) {
+    problem p;
+    problem_init(&p, 20, 40, 64);
+    float *y1 = malloc(sizeof(float) * 20 * 40), *y2 = malloc(sizeof(float) * 20 * 40);
+    product(ops, &p, y1, 0, 20);
+    ops->release(); /* behind the tile layer's back, as a foreign library does */
+    product(ops, &p, y2, 0, 20);
+    CHECK(memcmp(y1, y2, sizeof(float) * 20 * 40) == 0, "%s: a product after a foreign TILERELEASE", ops->name);
+    latent_amx_release();
+    free(y1), free(y2);
+    problem_free(&p);
+}
+
 /* On AMX: the instructions against the model, and batch invariance on them. */
 static void test_hardware(void) {
     if (latent_isa_detected() != LATENT_ISA_AMX || latent_isa_amx_check_failed()) {
@@ -294,6 +310,7 @@ static void test_hardware(void) {
     }
     test_one_pair(&latent_amx_hw);
     test_int8(&latent_amx_hw);
+    test_foreign_release(&latent_amx_hw);
     static const int shapes[][2] = {{45, 75}, {100, 257}, {64, 576}, {33, 1100}};
     for (int s = 0; s < 4; s++) {
         problem p;
@@ -330,6 +347,7 @@ int main(void) {
     test_shape(&latent_amx_model, 64, 32, some, 11);    /* exact tiles: no remainder anywhere */
     test_shape(&latent_amx_model, 7, 3, some, 11);      /* K smaller than a pair step */
     test_accumulate(&latent_amx_model);
+    test_foreign_release(&latent_amx_model);
     test_threads();
     test_selfcheck();
     test_hardware();

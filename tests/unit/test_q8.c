@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/amx_tile.h"
 #include "kernels/kernels.h"
 #include "kernels/q8.h"
 #include "latent/threads.h"
@@ -173,8 +174,30 @@ static void test_row_counts(void) {
     free(x), free(w), free(all), free(some);
 }
 
+/* The q8 tile kernel after a foreign TILERELEASE (oneDNN's) on this thread:
+ * the next product loads its tile config again (through the model, which
+ * aborts on unconfigured tiles; one thread, so the products run here). */
+static void test_foreign_release(void) {
+    enum { N = 40, K = 77, M = 20 };
+    float *x = malloc(sizeof(float) * M * K), *w = malloc(sizeof(float) * N * K);
+    float *y1 = malloc(sizeof(float) * M * N), *y2 = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++) x[i] = frand();
+    for (int i = 0; i < N * K; i++) w[i] = frand();
+    latent_set_threads(1);
+    CHECK(latent_isa_set_path("amx-model") == 0, "path amx-model");
+    latent_linear l;
+    CHECK(latent_linear_init_q8(&l, w, N, K) == 0, "q8 pack");
+    latent_linear_forward(y1, x, &l, M);
+    latent_amx_model.release(); /* behind the tile layer's back */
+    latent_linear_forward(y2, x, &l, M);
+    CHECK(memcmp(y1, y2, sizeof(float) * M * N) == 0, "amx-model: a q8 product after a foreign TILERELEASE");
+    latent_linear_free(&l);
+    free(x), free(w), free(y1), free(y2);
+}
+
 int main(void) {
     test_quantizer();
+    test_foreign_release();
     /* generic C, then the best vector path (VNNI where the CPU has it), then
      * the AMX tile kernel through the software model of the tile layer, and
      * on AMX hardware the tile kernel on the tiles (LATENT_Q8_TILES=1: the
