@@ -44,49 +44,62 @@ typedef struct {
     int acc;              /* add to out instead of storing the first block */
 } amx_call;
 
-/* n (<= 16) block sums stored into o (the product's first block) or added
- * to it: the same F32 adds on either side. */
-static void put_row(float *o, const float *sums, int n, int first) {
-    if (first) memcpy(o, sums, (size_t)n * sizeof *o);
-    else
-        for (int f = 0; f < n; f++) o[f] += sums[f];
+/* A block's sums (buf: C[i][j] as stored from the tiles, 16 floats a row)
+ * added into out, `rows` rows and `cols` features: the same F32 adds on
+ * every side. The hardware entry adds whole rows in vectors (every CPU with
+ * AMX has AVX-512); the model's entry runs anywhere. */
+typedef float amx_sums[2][2][AMX_MAX_ROWS][16];
+typedef void (*add_block_fn)(float *out, size_t ldo, const amx_sums *buf, int rows, int cols);
+
+static void add_block(float *out, size_t ldo, const amx_sums *buf, int rows, int cols) {
+    for (int r = 0; r < rows; r++)
+        for (int f = 0; f < cols; f++) out[r * ldo + f] += (*buf)[r / 16][f / 16][r % 16][f % 16];
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-/* put_row in one masked vector (every CPU with AMX has AVX-512): the scalar
- * loop would cost about half the tile time of a block. */
-__attribute__((target("avx512f"))) static void put_row_avx512(float *o, const float *sums, int n, int first) {
-    __mmask16 m = latent_lane_mask16(n);
-    __m512 v = _mm512_maskz_loadu_ps(m, sums);
-    if (!first) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o), v);
-    _mm512_mask_storeu_ps(o, m, v);
+__attribute__((target("avx512f"))) static void add_block_avx512(float *out, size_t ldo, const amx_sums *buf, int rows,
+                                                                 int cols) {
+    __mmask16 m0 = latent_lane_mask16(cols), m1 = latent_lane_mask16(cols - 16);
+    for (int r = 0; r < rows; r++) {
+        float *o = out + r * ldo;
+        const float *s0 = (*buf)[r / 16][0][r % 16], *s1 = (*buf)[r / 16][1][r % 16];
+        _mm512_mask_storeu_ps(o, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), _mm512_maskz_loadu_ps(m0, s0)));
+        if (m1)
+            _mm512_mask_storeu_ps(o + 16, m1,
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + 16), _mm512_maskz_loadu_ps(m1, s1)));
+    }
 }
-/* libgcc's check (cpuid and the OS's saved state), not latent_isa_active():
- * the start-up self-check runs inside the ISA's initialisation. */
-#define PUT_ROW() (__builtin_cpu_supports("avx512f") ? put_row_avx512 : put_row)
-#else
-#define PUT_ROW() put_row
 #endif
 
 /* The 32 x 32 block's C tiles written into out at (r0, c0), for `rows` rows
- * and `cols` features: C[i][j] holds rows 16i.. and features 16j.. */
-KERNEL void put_block(const latent_amx_ops *o, const amx_call *c, int r0, int rows, int c0, int cols, int first) {
-    static _Thread_local float buf[2][2][AMX_MAX_ROWS][16];
+ * and `cols` features: C[i][j] holds rows 16i.. and features 16j.. A
+ * product's first block of a whole panel goes straight from the tiles into
+ * out (the tiles have exactly the group's rows); the rest through buf. */
+KERNEL void put_block(const latent_amx_ops *o, const amx_call *c, int r0, int rows, int c0, int cols, int first,
+                      add_block_fn add) {
+    static _Thread_local amx_sums buf;
+    float *out = c->out + (size_t)r0 * c->ldo + c0;
+    size_t ldo = (size_t)c->ldo;
+    if (first && cols == 32) {
+        for (int i = 0; i < 2 && 16 * i < rows; i++)
+            for (int j = 0; j < 2; j++) o->store(2 * i + j, out + 16 * i * ldo + 16 * j, ldo * sizeof(float));
+        return;
+    }
     for (int i = 0; i < 2 && 16 * i < rows; i++)
         for (int j = 0; j < 2; j++) o->store(2 * i + j, buf[i][j], 16 * sizeof(float));
-    void (*put_sums)(float *, const float *, int, int) = PUT_ROW();
-    for (int r = 0; r < rows; r++) {
-        float *o = c->out + (size_t)(r0 + r) * c->ldo + c0;
-        put_sums(o, buf[r / 16][0][r % 16], cols < 16 ? cols : 16, first);
-        if (cols > 16) put_sums(o + 16, buf[r / 16][1][r % 16], cols - 16, first);
+    if (!first) {
+        add(out, ldo, (const amx_sums *)&buf, rows, cols);
+        return;
     }
+    for (int r = 0; r < rows; r++) /* a first block of a partial panel */
+        for (int f = 0; f < cols; f++) out[r * ldo + f] = buf[r / 16][f / 16][r % 16][f % 16];
 }
 
 /* One block of pairs [q0, q1) (steps of p) for rows [r0, r0 + rows) of one
  * panel: tile accumulations from zero, then put into out. */
 KERNEL void run_block(const latent_amx_ops *o, const amx_call *c, const uint16_t *panel, int r0, int rows, int c0,
-                      int cols, int q0, int q1, int p) {
+                      int cols, int q0, int q1, int p, add_block_fn add) {
     int two = rows > 16;
     size_t lda = (size_t)c->kp * 4;    /* bytes between rows of X */
     for (int t = 0; t < (two ? 4 : 2); t++) o->zero(t);
@@ -100,24 +113,25 @@ KERNEL void run_block(const latent_amx_ops *o, const amx_call *c, const uint16_t
         o->dpbf16ps(0, 0), o->dpbf16ps(0, 1);
         if (two) o->dpbf16ps(1, 0), o->dpbf16ps(1, 1);
     }
-    put_block(o, c, r0, rows, c0, cols, q0 == 0 && !c->acc);
+    put_block(o, c, r0, rows, c0, cols, q0 == 0 && !c->acc, add);
 }
 
 /* Rows [r0, r1) in groups of `group` rows (all the same size: one shape)
  * over one panel: the full blocks in k order, then the remainder pairs. */
 KERNEL void run_rows(const latent_amx_ops *o, const latent_amx_ops *shape_as, const amx_call *c, const uint16_t *panel,
-                     int r0, int r1, int group, int c0, int cols) {
+                     int r0, int r1, int group, int c0, int cols, add_block_fn add) {
     int kfull = c->kp / TILE_P * TILE_P, rows0 = group < 16 ? group : 16, rows1 = group - rows0;
     if (kfull > 0) {
         latent_amx_shape(shape_as, rows0, rows1, TILE_P);
         for (int q0 = 0; q0 < kfull; q0 += AMX_KB) {
             int q1 = q0 + AMX_KB < kfull ? q0 + AMX_KB : kfull;
-            for (int r = r0; r < r1; r += group) run_block(o, c, panel, r, group, c0, cols, q0, q1, TILE_P);
+            for (int r = r0; r < r1; r += group) run_block(o, c, panel, r, group, c0, cols, q0, q1, TILE_P, add);
         }
     }
     if (kfull < c->kp) {
         latent_amx_shape(shape_as, rows0, rows1, c->kp - kfull);
-        for (int r = r0; r < r1; r += group) run_block(o, c, panel, r, group, c0, cols, kfull, c->kp, c->kp - kfull);
+        for (int r = r0; r < r1; r += group)
+            run_block(o, c, panel, r, group, c0, cols, kfull, c->kp, c->kp - kfull, add);
     }
 }
 
@@ -125,18 +139,18 @@ KERNEL void run_rows(const latent_amx_ops *o, const latent_amx_ops *shape_as, co
  * gives the instructions, shape_as the table the thread's configuration is
  * loaded for (latent_amx_shape). */
 KERNEL void run_panels(const latent_amx_ops *o, const latent_amx_ops *shape_as, const amx_call *c,
-                       const uint16_t *panels, int n, int p0, int p1) {
+                       const uint16_t *panels, int n, int p0, int p1, add_block_fn add) {
     int full = c->m / 32 * 32;
     for (int pn = p0; pn < p1; pn++) {
         const uint16_t *panel = panels + (size_t)pn * c->kp * GEMM_PANEL * 2;
         int c0 = pn * GEMM_PANEL, cols = n - c0 < GEMM_PANEL ? n - c0 : GEMM_PANEL;
-        if (full) run_rows(o, shape_as, c, panel, 0, full, 32, c0, cols);
-        if (full < c->m) run_rows(o, shape_as, c, panel, full, c->m, c->m - full, c0, cols);
+        if (full) run_rows(o, shape_as, c, panel, 0, full, 32, c0, cols, add);
+        if (full < c->m) run_rows(o, shape_as, c, panel, full, c->m, c->m - full, c0, cols, add);
     }
 }
 
 static void run_through(const latent_amx_ops *o, const amx_call *c, const uint16_t *panels, int n, int p0, int p1) {
-    run_panels(o, o, c, panels, n, p0, p1);
+    run_panels(o, o, c, panels, n, p0, p1, add_block);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -147,7 +161,7 @@ static const latent_amx_ops hw_inline = {"amx",        amx_hw_config,   amx_hw_z
 
 __attribute__((target("amx-tile,amx-bf16,amx-int8"))) static void run_hw(const amx_call *c, const uint16_t *panels,
                                                                          int n, int p0, int p1) {
-    run_panels(&hw_inline, &latent_amx_hw, c, panels, n, p0, p1);
+    run_panels(&hw_inline, &latent_amx_hw, c, panels, n, p0, p1, add_block_avx512);
 }
 #endif
 
