@@ -30,6 +30,9 @@
  * stay in L2 while the row groups pass; fewer block sums to store and add. */
 #define AMX_KB 256
 #define TILE_P 16   /* k pairs per full tile instruction */
+/* rows per pass over a thread's panels (a multiple of 32): 256 rows of X at
+ * K = 1536 are 768 KiB, in L2 beside the panels */
+#define AMX_RB 256
 
 /* The kernel's functions are inlined into two entries: one calls the tile
  * operations through any table (the model, in tests), the other calls the
@@ -135,17 +138,23 @@ KERNEL void run_rows(const latent_amx_ops *o, const latent_amx_ops *shape_as, co
     }
 }
 
-/* Panels [p0, p1): rows in groups of 32, then the rest as one group. o
+/* Panels [p0, p1): rows in groups of 32, then the rest as one group, a
+ * block of AMX_RB rows at a time over all the panels, so that the block's
+ * rows of X stay in L2 while the panels pass: over all rows at once, a
+ * 4 x 512-row prefill streamed X from memory once per panel. The groups are
+ * the same either way (AMX_RB is a multiple of 32), and so are the bits. o
  * gives the instructions, shape_as the table the thread's configuration is
  * loaded for (latent_amx_shape). */
 KERNEL void run_panels(const latent_amx_ops *o, const latent_amx_ops *shape_as, const amx_call *c,
                        const uint16_t *panels, int n, int p0, int p1, add_block_fn add) {
-    int full = c->m / 32 * 32;
-    for (int pn = p0; pn < p1; pn++) {
-        const uint16_t *panel = panels + (size_t)pn * c->kp * GEMM_PANEL * 2;
-        int c0 = pn * GEMM_PANEL, cols = n - c0 < GEMM_PANEL ? n - c0 : GEMM_PANEL;
-        if (full) run_rows(o, shape_as, c, panel, 0, full, 32, c0, cols, add);
-        if (full < c->m) run_rows(o, shape_as, c, panel, full, c->m, c->m - full, c0, cols, add);
+    for (int r0 = 0; r0 < c->m; r0 += AMX_RB) {
+        int r1 = r0 + AMX_RB < c->m ? r0 + AMX_RB : c->m, full = r0 + (r1 - r0) / 32 * 32;
+        for (int pn = p0; pn < p1; pn++) {
+            const uint16_t *panel = panels + (size_t)pn * c->kp * GEMM_PANEL * 2;
+            int c0 = pn * GEMM_PANEL, cols = n - c0 < GEMM_PANEL ? n - c0 : GEMM_PANEL;
+            if (full > r0) run_rows(o, shape_as, c, panel, r0, full, 32, c0, cols, add);
+            if (full < r1) run_rows(o, shape_as, c, panel, full, r1, r1 - full, c0, cols, add);
+        }
     }
 }
 

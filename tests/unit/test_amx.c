@@ -187,28 +187,32 @@ static double worst_vs_ref(const problem *p, const float *y, int m) {
 }
 
 /* Every row count 1..max_m (or the listed ones): against the reference, and
- * each row bit-equal to its bits in the max_m-row call and alone. */
-static void test_shape(const latent_amx_ops *ops, int n, int k, const int *counts, int n_counts) {
+ * each row bit-equal to its bits in the max_m-row call and alone. Past
+ * 256 rows the kernel passes over its panels a block of rows at a time. */
+static void test_shape(const latent_amx_ops *ops, int n, int k, int max_m, const int *counts, int n_counts) {
     problem p;
-    problem_init(&p, 64, n, k);
-    float *all = malloc(sizeof(float) * 64 * n), *y = malloc(sizeof(float) * 64 * n);
-    product(ops, &p, all, 0, 64);
-    double worst = worst_vs_ref(&p, all, 64);
-    CHECK(worst <= 1, "%s %dx%dx%d: error %.3g times the bound", ops->name, 64, n, k, worst);
+    problem_init(&p, max_m, n, k);
+    size_t all_n = (size_t)max_m * n;
+    float *all = malloc(sizeof(float) * all_n), *y = malloc(sizeof(float) * all_n);
+    product(ops, &p, all, 0, max_m);
+    double worst = worst_vs_ref(&p, all, max_m);
+    CHECK(worst <= 1, "%s %dx%dx%d: error %.3g times the bound", ops->name, max_m, n, k, worst);
     int varies = 0, alone_varies = 0;
     for (int c = 0; c < n_counts; c++) {
         int m = counts[c];
-        memset(y, 0xff, sizeof(float) * 64 * n);
+        memset(y, 0xff, sizeof(float) * all_n);
         product(ops, &p, y, 0, m);
         varies += memcmp(y, all, sizeof(float) * m * n) != 0;
-        for (int i = m * n; i < 64 * n; i++) varies += !isnan(y[i]); /* nothing past m rows written */
+        for (size_t i = (size_t)m * n; i < all_n; i++) varies += !isnan(y[i]); /* nothing past m rows written */
     }
-    for (int r = 0; r < 64; r += 7) { /* rows alone, at odd places of the 64 */
+    for (int r = 0; r < max_m; r += 7) { /* rows alone, at odd places of the max_m */
         product(ops, &p, y, r, 1);
         alone_varies += memcmp(y, all + (size_t)r * n, sizeof(float) * n) != 0;
     }
-    CHECK(varies == 0, "%s %dx%d: %d row counts give rows other bits than the 64-row call", ops->name, n, k, varies);
-    CHECK(alone_varies == 0, "%s %dx%d: %d rows alone differ from the same rows among 64", ops->name, n, k, alone_varies);
+    CHECK(varies == 0, "%s %dx%d: %d row counts give rows other bits than the %d-row call", ops->name, n, k, varies,
+          max_m);
+    CHECK(alone_varies == 0, "%s %dx%d: %d rows alone differ from the same rows among %d", ops->name, n, k,
+          alone_varies, max_m);
     free(all), free(y);
     problem_free(&p);
 }
@@ -331,8 +335,10 @@ static void test_hardware(void) {
         problem_free(&p);
         free(hw), free(mo);
         static const int counts[] = {1, 2, 15, 16, 17, 31, 32, 33, 63, 64};
-        test_shape(&latent_amx_hw, shapes[s][0], shapes[s][1], counts, 10);
+        test_shape(&latent_amx_hw, shapes[s][0], shapes[s][1], 64, counts, 10);
     }
+    static const int past_block[] = {1, 255, 256, 257, 300};
+    test_shape(&latent_amx_hw, 45, 75, 300, past_block, 5); /* two row blocks */
 }
 
 int main(void) {
@@ -341,11 +347,13 @@ int main(void) {
     int every[64];
     for (int i = 0; i < 64; i++) every[i] = i + 1;
     static const int some[] = {1, 2, 15, 16, 17, 31, 32, 33, 47, 63, 64};
-    test_shape(&latent_amx_model, 45, 75, every, 64);   /* odd K: 38 pairs, 2 tile steps + 6 */
-    test_shape(&latent_amx_model, 33, 300, every, 64);  /* 150 pairs: 9 steps + 6; a 1-feature panel */
-    test_shape(&latent_amx_model, 100, 1100, some, 11); /* 550 pairs: blocks 256, 256, 32, then 6 */
-    test_shape(&latent_amx_model, 64, 32, some, 11);    /* exact tiles: no remainder anywhere */
-    test_shape(&latent_amx_model, 7, 3, some, 11);      /* K smaller than a pair step */
+    test_shape(&latent_amx_model, 45, 75, 64, every, 64);   /* odd K: 38 pairs, 2 tile steps + 6 */
+    test_shape(&latent_amx_model, 33, 300, 64, every, 64);  /* 150 pairs: 9 steps + 6; a 1-feature panel */
+    test_shape(&latent_amx_model, 100, 1100, 64, some, 11); /* 550 pairs: blocks 256, 256, 32, then 6 */
+    test_shape(&latent_amx_model, 64, 32, 64, some, 11);    /* exact tiles: no remainder anywhere */
+    test_shape(&latent_amx_model, 7, 3, 64, some, 11);      /* K smaller than a pair step */
+    static const int past_block[] = {1, 33, 255, 256, 257, 287, 288, 289, 300};
+    test_shape(&latent_amx_model, 45, 75, 300, past_block, 9); /* two row blocks: 256, then 32 + 12 */
     test_accumulate(&latent_amx_model);
     test_foreign_release(&latent_amx_model);
     test_threads();
