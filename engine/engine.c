@@ -397,6 +397,79 @@ static void lrt_kv_inject(latent_engine *e, const engine_layer *E, const float *
     }
 }
 
+/* The block's per-row steps between its products, spread over the threads
+ * for a prefill's many rows (latent_parallel_rows): each row's arithmetic
+ * is the same on any thread, so the bits are those of one thread. */
+enum { ROWS_PARALLEL_MIN = 64 }; /* a decode batch's rows stay on the step thread */
+
+typedef struct {
+    float *x, *out;
+    const float *add;         /* added into x first (a residual), or NULL */
+    const float *weight;
+    int d;
+    float eps;
+} norm_rows_job;
+
+static void norm_rows(void *ctx, int r0, int r1) {
+    const norm_rows_job *j = ctx;
+    size_t d = (size_t)j->d;
+    if (j->add)
+        for (size_t i = r0 * d; i < r1 * d; i++) j->x[i] += j->add[i];
+    latent_rmsnorm_forward(j->out + r0 * d, j->x + r0 * d, j->weight, r1 - r0, j->d, j->eps);
+}
+
+/* x += add, then out = rmsnorm(x) (add NULL: the norm alone), row by row */
+static void add_norm(float *x, const float *add, float *out, const float *weight, int n, int d, float eps) {
+    norm_rows_job j = {x, out, add, weight, d, eps};
+    latent_parallel_rows(norm_rows, &j, n, ROWS_PARALLEL_MIN);
+}
+
+typedef struct {
+    latent_engine *e;
+    const row_meta *rows;
+    int layer;
+} rope_rows_job;
+
+/* RoPE on q and k, then k and v into each row's KV pages (distinct slots) */
+static void rope_store_rows(void *ctx, int r0, int r1) {
+    const rope_rows_job *j = ctx;
+    latent_engine *e = j->e;
+    const latent_config *c = e->cfg;
+    int qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c), hd = c->head_dim, half = hd / 2;
+    for (int r = r0; r < r1; r++) {
+        size_t tr = (size_t)j->rows[r].row * half;
+        const float *cs = e->rope_cos + tr, *sn = e->rope_sin + tr;
+        latent_rope_forward(e->q + (size_t)r * qd, c->n_heads, hd, cs, sn);
+        latent_rope_forward(e->k + (size_t)r * kvd, c->n_kv_heads, hd, cs, sn);
+        latent_kv_pool *pool = j->rows[r].seq->pool;
+        int P = pool->page_tokens, pos = j->rows[r].pos, page = j->rows[r].seq->pages[pos / P];
+        latent_kv_store(pool, latent_kv_at(pool, pool->k, page, j->layer, pos % P), 0, e->k + (size_t)r * kvd, kvd);
+        latent_kv_store(pool, latent_kv_at(pool, pool->v, page, j->layer, pos % P), 0, e->v + (size_t)r * kvd, kvd);
+    }
+}
+
+typedef struct {
+    float *x;
+    const float *add;
+    float *hg;
+    const float *hu;
+    int d, ffn;
+} mlp_rows_job;
+
+/* row by row: the vector and scalar tails of one row fall the same way in any batch */
+static void swiglu_rows(void *ctx, int r0, int r1) {
+    const mlp_rows_job *j = ctx;
+    for (int r = r0; r < r1; r++) {
+        float *g = j->hg + (size_t)r * j->ffn;
+        latent_swiglu_forward(g, g, j->hu + (size_t)r * j->ffn, j->ffn);
+    }
+}
+
+static void residual_rows(void *ctx, int r0, int r1) {
+    const mlp_rows_job *j = ctx;
+    for (size_t i = (size_t)r0 * j->d; i < (size_t)r1 * j->d; i++) j->x[i] += j->add[i];
+}
+
 /* Block `layer` on n rows of x (in place). mem (n, d) is the LRT memory of
  * each row, or NULL to run the plain block. */
 static void block_forward(latent_engine *e, int layer, float *x, const row_meta *rows, int n,
@@ -404,8 +477,7 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
     const latent_config *c = e->cfg;
     const latent_layer *L = &e->m->w.layers[layer];
     const engine_layer *E = &e->lin[layer];
-    int d = c->d, qd = latent_config_q_dim(c), kvd = latent_config_kv_dim(c), hd = c->head_dim;
-    int half = hd / 2;
+    int d = c->d;
     int inject = mem && c->rec == LATENT_REC_LRT && layer >= c->lrt.inject_start && layer <= c->lrt.inject_end;
 
     if (inject && c->lrt.residual_injection) {
@@ -414,7 +486,7 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
         for (size_t i = 0; i < (size_t)n * d; i++) x[i] = alpha * x[i] + gamma * mem[i];
         e->stats.recur_seconds += latent_now_seconds() - t0;
     }
-    latent_rmsnorm_forward(e->xb, x, L->attn_norm, n, d, c->rms_eps);
+    add_norm(x, NULL, e->xb, L->attn_norm, n, d, c->rms_eps);
     if (inject && c->lrt.kv_injection)
         /* the gates read the same normed input as q, k, v: one parallel section */
         latent_linear_forward_multi((float *[]){e->q, e->k, e->v, e->gate},
@@ -426,27 +498,16 @@ static void block_forward(latent_engine *e, int layer, float *x, const row_meta 
         lrt_kv_inject(e, E, mem, n);
         e->stats.recur_seconds += latent_now_seconds() - t0;
     }
-    for (int r = 0; r < n; r++) {
-        size_t tr = (size_t)rows[r].row * half;
-        const float *cs = e->rope_cos + tr, *sn = e->rope_sin + tr;
-        latent_rope_forward(e->q + (size_t)r * qd, c->n_heads, hd, cs, sn);
-        latent_rope_forward(e->k + (size_t)r * kvd, c->n_kv_heads, hd, cs, sn);
-        latent_kv_pool *pool = rows[r].seq->pool;
-        int P = pool->page_tokens, pos = rows[r].pos, page = rows[r].seq->pages[pos / P];
-        latent_kv_store(pool, latent_kv_at(pool, pool->k, page, layer, pos % P), 0, e->k + (size_t)r * kvd, kvd);
-        latent_kv_store(pool, latent_kv_at(pool, pool->v, page, layer, pos % P), 0, e->v + (size_t)r * kvd, kvd);
-    }
+    rope_rows_job rj = {e, rows, layer};
+    latent_parallel_rows(rope_store_rows, &rj, n, ROWS_PARALLEL_MIN);
     latent_attention_forward(e->att, e->q, rows, n, layer, c, &e->attn);
     latent_linear_forward(e->tmp, e->att, &E->wo, n);
-    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
-
-    latent_rmsnorm_forward(e->xb, x, L->mlp_norm, n, d, c->rms_eps);
+    add_norm(x, e->tmp, e->xb, L->mlp_norm, n, d, c->rms_eps);
     latent_linear_forward_multi((float *[]){e->hg, e->hu}, (const latent_linear *[]){&E->wg, &E->wu}, 2, e->xb, n);
-    /* row by row: the vector and scalar tails of one row fall the same way in any batch */
-    for (int r = 0; r < n; r++)
-        latent_swiglu_forward(e->hg + (size_t)r * c->ffn, e->hg + (size_t)r * c->ffn, e->hu + (size_t)r * c->ffn, c->ffn);
+    mlp_rows_job mj = {x, e->tmp, e->hg, e->hu, d, c->ffn};
+    latent_parallel_rows(swiglu_rows, &mj, n, ROWS_PARALLEL_MIN);
     latent_linear_forward(e->tmp, e->hg, &E->wd, n);
-    for (size_t i = 0; i < (size_t)n * d; i++) x[i] += e->tmp[i];
+    latent_parallel_rows(residual_rows, &mj, n, ROWS_PARALLEL_MIN);
 }
 
 /* T2MLR fusion Phi(h, R) on the rows of x with flow 2 (models.md §2):

@@ -154,3 +154,27 @@ void latent_parallel_for(latent_task_fn fn, void *ctx, int n_tasks) {
     while (atomic_load_explicit(&p->completed, memory_order_acquire) < n_tasks)
         if (++spins % 1024 == 0) sched_yield(); else cpu_relax();
 }
+
+typedef struct {
+    latent_rows_fn fn;
+    void *ctx;
+    int n, per;
+} rows_job;
+
+static void rows_task(void *ctx, int task) {
+    const rows_job *j = ctx;
+    int r0 = task * j->per, r1 = r0 + j->per < j->n ? r0 + j->per : j->n;
+    j->fn(j->ctx, r0, r1);
+}
+
+void latent_parallel_rows(latent_rows_fn fn, void *ctx, int n, int min_rows) {
+    int threads = latent_get_threads();
+    if (threads == 1 || n < min_rows || n < 2 || g_in_task) {
+        if (n > 0) fn(ctx, 0, n);
+        return;
+    }
+    /* two ranges a thread: a late worker leaves the caller less to finish alone */
+    int tasks = threads * 2 < n ? threads * 2 : n;
+    rows_job j = {fn, ctx, n, (n + tasks - 1) / tasks};
+    latent_parallel_for(rows_task, &j, (n + j.per - 1) / j.per);
+}

@@ -21,4 +21,11 @@ void latent_set_threads(int n);
 int latent_get_threads(void);
 void latent_parallel_for(latent_task_fn fn, void *ctx, int n_tasks);
 
+/* fn(ctx, r0, r1) over row ranges that cover [0, n): spread over the
+ * threads where n is at least min_rows, else one call on this thread (a
+ * parallel section costs more than a few rows of elementwise work). For
+ * work whose rows are independent, so the bits do not depend on the split. */
+typedef void (*latent_rows_fn)(void *ctx, int r0, int r1);
+void latent_parallel_rows(latent_rows_fn fn, void *ctx, int n, int min_rows);
+
 #endif
