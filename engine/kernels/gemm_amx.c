@@ -33,6 +33,8 @@
 /* rows per pass over a thread's panels (a multiple of 32): 256 rows of X at
  * K = 1536 are 768 KiB, in L2 beside the panels */
 #define AMX_RB 256
+/* steps of p pairs between a weight's prefetch and its tile load */
+#define AMX_PF_STEPS 2
 
 /* The kernel's functions are inlined into two entries: one calls the tile
  * operations through any table (the model, in tests), the other calls the
@@ -115,6 +117,11 @@ KERNEL void run_block(const latent_amx_ops *o, const amx_call *c, const uint16_t
         o->load(7, w + 32, GEMM_PANEL * 4);  /* features 16..31 */
         o->dpbf16ps(0, 0), o->dpbf16ps(0, 1);
         if (two) o->dpbf16ps(1, 0), o->dpbf16ps(1, 1);
+        /* the panel's bytes AMX_PF_STEPS steps on (past its end: the next
+         * panel's), fetched while the tiles work: with few rows each weight is
+         * read once, from memory, and nothing else hides the wait */
+        const char *ahead = (const char *)w + (size_t)AMX_PF_STEPS * p * GEMM_PANEL * 4;
+        for (int b = 0; b < p * GEMM_PANEL * 4; b += 64) __builtin_prefetch(ahead + b, 0, 3);
     }
     put_block(o, c, r0, rows, c0, cols, q0 == 0 && !c->acc, add);
 }
