@@ -216,8 +216,15 @@ docs-settings: $(BUILD)/latentd
 $(BUILD)/onednn_compare: tests/bench/onednn_compare.c $(ENGINE_LIB)
 	$(call ensure_debs,libdnnl-dev)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(ENGINE_LIB) -ldnnl $(LIBS_ENGINE)
+# Twice: oneDNN's OpenMP threads spin after each call and take cores from
+# the engine's pool (its figures then fall to one thread's); with
+# OMP_WAIT_POLICY=passive they sleep, and oneDNN's small products lose the
+# spin instead (docs/benchmarks.md, "AMX, second pass on the Xeon").
 bench-onednn: $(BUILD)/onednn_compare
+	@echo "== OMP_WAIT_POLICY as set ($${OMP_WAIT_POLICY:-unset})"
 	$(BUILD)/onednn_compare
+	@echo "== OMP_WAIT_POLICY=passive"
+	OMP_WAIT_POLICY=passive $(BUILD)/onednn_compare
 
 bench: all
 	$(BUILD)/latent bench
