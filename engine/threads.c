@@ -164,17 +164,19 @@ typedef struct {
 static void rows_task(void *ctx, int task) {
     const rows_job *j = ctx;
     int r0 = task * j->per, r1 = r0 + j->per < j->n ? r0 + j->per : j->n;
-    j->fn(j->ctx, r0, r1);
+    if (r0 < r1) j->fn(j->ctx, r0, r1);
+}
+
+void latent_parallel_chunks(latent_rows_fn fn, void *ctx, int n, int chunks) {
+    if (n <= 0) return;
+    if (chunks < 1) chunks = 1;
+    rows_job j = {fn, ctx, n, (n + chunks - 1) / chunks};
+    latent_parallel_for(rows_task, &j, chunks);
 }
 
 void latent_parallel_rows(latent_rows_fn fn, void *ctx, int n, int min_rows) {
     int threads = latent_get_threads();
-    if (threads == 1 || n < min_rows || n < 2 || g_in_task) {
-        if (n > 0) fn(ctx, 0, n);
-        return;
-    }
     /* two ranges a thread: a late worker leaves the caller less to finish alone */
-    int tasks = threads * 2 < n ? threads * 2 : n;
-    rows_job j = {fn, ctx, n, (n + tasks - 1) / tasks};
-    latent_parallel_for(rows_task, &j, (n + j.per - 1) / j.per);
+    int chunks = threads == 1 || n < min_rows || g_in_task ? 1 : threads * 2 < n ? threads * 2 : n;
+    latent_parallel_chunks(fn, ctx, n, chunks);
 }

@@ -27,5 +27,9 @@ void latent_parallel_for(latent_task_fn fn, void *ctx, int n_tasks);
  * work whose rows are independent, so the bits do not depend on the split. */
 typedef void (*latent_rows_fn)(void *ctx, int r0, int r1);
 void latent_parallel_rows(latent_rows_fn fn, void *ctx, int n, int min_rows);
+/* The same over exactly `chunks` contiguous ranges of ceil(n / chunks) rows
+ * (empty ones skipped), whatever the threads: for callers whose results
+ * depend on where the ranges fall. */
+void latent_parallel_chunks(latent_rows_fn fn, void *ctx, int n, int chunks);
 
 #endif
