@@ -559,7 +559,9 @@ if [ "${STATE:-0}" = 1 ]; then
     done
     throttle 1
     [ $failed = 0 ] || { log "a run failed"; exit 1; }
-    "$PY" models/tools/experiment_report.py --state "$work/results" "$work/report" "$(machine_line)" "$jobs" "$prec_said" "$state_budget" "$quick"
+    # NP: under mpirun a run is NP ranks of one thread, and the report says so
+    "$PY" models/tools/experiment_report.py --state "$work/results" "$work/report" "$(machine_line)" "$jobs" "$prec_said" \
+        "$state_budget" "$quick" "${NP:-1}"
     log "wrote $work/report/experiment-state.md and its plots"
     exit 0
 fi

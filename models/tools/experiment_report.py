@@ -348,7 +348,7 @@ def var_projection(cv):
     return projected_cost(cv, fit)
 
 
-def state_main(res, out, cpu, jobs, prec, budget, quick):
+def state_main(res, out, cpu, jobs, prec, budget, quick, np="1"):
     os.makedirs(out, exist_ok=True)
     if "amx" not in cpu and cpu.endswith(")"):
         cpu = cpu[:-1] + "; no AMX)"
@@ -361,9 +361,11 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
                 continue
             runs.setdefault(task, []).append((model, int(seed[1:])))
     lines = ["<!-- written by models/tools/experiment_report.py --state from %s; do not edit by hand -->" % res,
-             "Machine: %s; %s run(s) at a time, one thread each (other developers' jobs shared the machine); %s products; "
+             "Machine: %s; %s run(s) at a time, %s (other developers' jobs shared the machine); %s products; "
              "budget %s CPU seconds of `latent train` per model%s." %
-             (cpu, jobs, prec, budget, " (QUICK=1: a smoke run, not evidence)" if quick == "1" else ""), ""]
+             (cpu, jobs, "one thread each" if np == "1" else
+              "each data parallel under `mpirun -np %s`, ranks of one thread (CPU seconds summed over them)" % np,
+              prec, budget, " (QUICK=1: a smoke run, not evidence)" if quick == "1" else ""), ""]
     for task in ("s5", "var"):
         if task not in runs:
             continue
@@ -515,6 +517,6 @@ def state_main(res, out, cpu, jobs, prec, budget, quick):
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--state":
-        state_main(*sys.argv[2:9])
+        state_main(*sys.argv[2:10])
     else:
         main()
