@@ -24,7 +24,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* k pairs per block: a 32-row slice of X (32 KiB) and a panel slice (32 KiB)
  * stay in L2 while the row groups pass; fewer block sums to store and add. */
@@ -52,7 +51,7 @@ typedef struct {
 /* A block's sums (buf: C[i][j] as stored from the tiles, 16 floats a row)
  * added into out, `rows` rows and `cols` features: the same F32 adds on
  * every side. The hardware entry adds whole rows in vectors (every CPU with
- * AMX has AVX-512); the model's entry runs anywhere. */
+ * AMX has AVX-512); the scalar add serves the model on CPUs without it. */
 typedef float amx_sums[2][2][AMX_MAX_ROWS][16];
 typedef void (*add_block_fn)(float *out, size_t ldo, const amx_sums *buf, int rows, int cols);
 
@@ -165,8 +164,16 @@ KERNEL void run_panels(const latent_amx_ops *o, const latent_amx_ops *shape_as, 
     }
 }
 
+/* Through any table (the model, in tests): the AVX-512 add wherever the CPU
+ * has it, so that the hardware entry's add is tested on CPUs without AMX;
+ * libgcc's check, not the kernel table, since the start-up self-check runs
+ * while the table is being chosen. */
 static void run_through(const latent_amx_ops *o, const amx_call *c, const uint16_t *panels, int n, int p0, int p1) {
-    run_panels(o, o, c, panels, n, p0, p1, add_block);
+    add_block_fn add = add_block;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx512f")) add = add_block_avx512;
+#endif
+    run_panels(o, o, c, panels, n, p0, p1, add);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
