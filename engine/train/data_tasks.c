@@ -80,6 +80,8 @@ int latent_task_check(const latent_task *t, latent_err *err) {
         if (t->min_depth < 0 || t->max_depth < t->min_depth || t->max_depth > 200)
             return latent_err_set(err, LATENT_E_INVALID, "data: need 0 <= --min-depth <= --max-depth <= 200 (got %d, %d)", t->min_depth, t->max_depth);
         if (t->n_queries < 1 || t->n_queries > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --queries must be 1..200 (got %d)", t->n_queries);
+        if (t->query_any_pct < 0 || t->query_any_pct > 100)
+            return latent_err_set(err, LATENT_E_INVALID, "data: --query-any must be 0..100 (got %d)", t->query_any_pct);
         if (t->query_from < LATENT_VAR_QUERY_ANY || t->query_from > LATENT_VAR_QUERY_DISTINCT)
             return latent_err_set(err, LATENT_E_INVALID, "data: query_from must be 0 (any), 1 (chain), 2 (alias) or 3 (distinct) (got %d)", t->query_from);
         if (t->n_distractors < 0 || t->n_distractors > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --distractors must be 0..200 (got %d)", t->n_distractors);
@@ -368,6 +370,8 @@ static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
     int sink = rand_below(rng, t->n_base), chain = t->n_base;
     for (int i = 0; i < depth; i++) rhs[chain + i] = i + 1 < depth ? chain + i + 1 : sink;
     int query = depth ? chain : sink;
+    /* drawn only when asked for, so that the default's records stay the same */
+    if (t->query_any_pct && rand_below(rng, 100) < t->query_any_pct) query = rand_below(rng, n_vars);
     for (int i = 0; i < t->n_distractors; i++) {
         int v = chain + depth + i;
         rhs[v] = rand_below(rng, v); /* an earlier variable: never a cycle */

@@ -43,6 +43,11 @@ typedef struct latent_task {
                              a denser training signal, the last is the task's */
     int query_from;       /* which variables the extra queries ask for:
                              LATENT_VAR_QUERY_ANY, _CHAIN or _ALIAS */
+    int query_any_pct;    /* percent of records whose task query asks for a
+                             random variable of the record (any depth, the
+                             distractors included) instead of the chain's
+                             head (0): a model that answers it must resolve
+                             every line, not only the chain the test asks */
     int program_order;    /* 1: each line after the line of the variable it names
                              (a program: no use before assignment); 0: any order */
 } latent_task;

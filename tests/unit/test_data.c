@@ -190,15 +190,17 @@ static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, 
 /* Records re-parsed as text ("name=rhs;" lines, n_queries - 1 "name?d;"
  * queries, then "name?d"): every answer resolves, the task's query has a
  * depth in range, and each target's bucket is its own query's depth. */
-static void check_var(int n_base, int min_depth, int max_depth, int distractors, int n_queries, int query_from) {
+static void check_var(int n_base, int min_depth, int max_depth, int distractors, int n_queries, int query_from, int query_any) {
     const int from_chain = query_from == LATENT_VAR_QUERY_CHAIN, from_alias = query_from == LATENT_VAR_QUERY_ALIAS;
     const int distinct = query_from == LATENT_VAR_QUERY_DISTINCT;
     int fewer = 0, most = 0; /* distinct: records with fewer extra queries than asked; the most */
+    int query_head = 0;      /* records whose task query is at its chain's depth */
     latent_task t;
     latent_task_defaults(&t, LATENT_TASK_VAR);
     t.n_base = n_base, t.min_depth = min_depth, t.max_depth = max_depth, t.n_distractors = distractors;
     t.n_queries = n_queries;
     t.query_from = query_from;
+    t.query_any_pct = query_any;
     latent_dataset d;
     latent_err err;
     CHECK(latent_data_generate(&t, 11, 200, 0, &d, &err) == 0, "var: %s", err.msg);
@@ -254,8 +256,11 @@ static void check_var(int n_base, int min_depth, int max_depth, int distractors,
                   "var: record %d target %d (bucket %d, depth %d)", r, k, tg[k].bucket, depth);
         }
         if (depth < 0) continue;
-        CHECK(n == n_base + depth + distractors, "var: %d lines for depth %d", n, depth);
-        CHECK(depth >= min_depth && depth <= max_depth, "var: depth %d", depth);
+        /* --query-any: the query may be any variable; the chain still has its depth */
+        const int chain_depth = n - n_base - distractors;
+        CHECK(chain_depth >= min_depth && chain_depth <= max_depth, "var: %d lines", n);
+        CHECK(query_any || depth == chain_depth, "var: query at depth %d, chain of %d", depth, chain_depth);
+        query_head += depth == chain_depth;
         /* --query-from chain: every extra query is an alias on the task's chain */
         for (int k = 0; from_chain && depth > 0 && k + 1 < nq; k++)
             CHECK(extra_depth[k] >= 1 && extra_depth[k] <= depth, "var: record %d: chain query at depth %d of %d", r, extra_depth[k], depth);
@@ -269,7 +274,13 @@ static void check_var(int n_base, int min_depth, int max_depth, int distractors,
         }
         depth_seen[depth]++;
     }
-    CHECK(depth_seen[min_depth] && depth_seen[max_depth], "var: depths %d and %d occur", min_depth, max_depth);
+    if (!query_any) CHECK(depth_seen[min_depth] && depth_seen[max_depth], "var: depths %d and %d occur", min_depth, max_depth);
+    /* --query-any 100: plain lookups, aliases and chain heads among the task queries;
+     * 50: about half the records keep the chain's head (which a random pick may hit too) */
+    if (query_any == 100) CHECK(depth_seen[0] && depth_seen[1] && depth_seen[max_depth], "var: query-any depths 0, 1 and %d", max_depth);
+    if (query_any == 50)
+        CHECK(query_head > d.n_records / 2 && query_head < d.n_records * 4 / 5 && depth_seen[0],
+              "var: query-any 50: %d of %d at the chain's head", query_head, d.n_records);
     if (n_queries > 1 && !from_chain && !from_alias && !distinct) CHECK(extra_depth_seen[0] && extra_depth_seen[1], "var: extra queries at depths 0 and 1");
     if (distinct)
         CHECK(fewer > 0 && most >= 2 && extra_depth_seen[1] && extra_depth_seen[2], "var: distinct: %d of %d records short, at most %d extra",
@@ -419,17 +430,19 @@ int main(void) {
     check_s5r(0, 1);
     check_s5r(120, 2);
     check_s5r(20, 1);
-    check_var(8, 0, 5, 6, 1, 0);
-    check_var(8, 3, 3, 0, 1, 0);
-    check_var(20, 1, 10, 10, 1, 0); /* two-letter names */
-    check_var(8, 1, 5, 6, 8, 0);    /* extra queries: each bucketed by its own depth */
-    check_var(20, 1, 6, 10, 4, 0);
-    check_var(8, 1, 5, 6, 8, 1);    /* --query-from chain */
-    check_var(8, 0, 3, 6, 4, 1);    /* depth-0 records: any variable */
-    check_var(8, 1, 5, 6, 8, 2);    /* --query-from alias: chain and distractors */
-    check_var(8, 0, 3, 0, 4, 2);    /* depth 0 and no distractors: any variable */
-    check_var(8, 1, 5, 6, 8, 3);    /* --query-from distinct */
-    check_var(8, 0, 2, 2, 3, 3);
+    check_var(8, 0, 5, 6, 1, 0, 0);
+    check_var(8, 3, 3, 0, 1, 0, 0);
+    check_var(20, 1, 10, 10, 1, 0, 0); /* two-letter names */
+    check_var(8, 1, 5, 6, 8, 0, 0);    /* extra queries: each bucketed by its own depth */
+    check_var(20, 1, 6, 10, 4, 0, 0);
+    check_var(8, 1, 5, 6, 8, 1, 0);    /* --query-from chain */
+    check_var(8, 0, 3, 6, 4, 1, 0);    /* depth-0 records: any variable */
+    check_var(8, 1, 5, 6, 8, 2, 0);    /* --query-from alias: chain and distractors */
+    check_var(8, 0, 3, 0, 4, 2, 0);    /* depth 0 and no distractors: any variable */
+    check_var(8, 1, 5, 6, 8, 3, 0);    /* --query-from distinct */
+    check_var(8, 0, 2, 2, 3, 3, 0);
+    check_var(8, 1, 5, 6, 1, 0, 100); /* --query-any: the task query any variable */
+    check_var(8, 1, 5, 6, 1, 0, 50);
     check_files_and_tokenizer();
     check_refusals();
     check_var_file();
