@@ -269,6 +269,10 @@ EOF
 #      plain lookups): `latent data var-assign --query-from`;
 #      STATE_VAR_QUERIES: queries a training record of the depth stages
 #      (8; 1: the task query alone, no answer to lean on another);
+#      STATE_VAR_QUERY_ANY: percent of the depth stages' training records
+#      whose task query asks for a random variable instead of the chain's
+#      head (0; `latent data var-assign --query-any`); the test sets keep
+#      the chain's head;
 #      STATE_VAR_LINES: 1 (default with the lookup stages: the lines grow
 #      with the depth, as above) or 0 (8 digit variables, 6 distractors from
 #      stage 1 on);
@@ -292,6 +296,8 @@ state_data() { # task seed dir
     [ "$qf" = any ] || qtag=" queries-$qf" # the default keeps the data.done of earlier runs
     local nq=${STATE_VAR_QUERIES:-8}
     [ "$nq" = 8 ] || qtag="$qtag q$nq"
+    local qany=${STATE_VAR_QUERY_ANY:-0}
+    [ "$qany" = 0 ] || qtag="$qtag any$qany"
     [ "$t" = var ] && order="$order lines$lines lookup$lookup$qtag" || order=""
     [ "$(cat "$d/data.done" 2>/dev/null)" = "ok${order:+ $order}" ] && return 0
     mkdir -p "$d"
@@ -324,7 +330,7 @@ state_data() { # task seed dir
                 nb=$((2 * k > 8 ? 8 : 2 * k)); nd=$((2 * k - 2 > 6 ? 6 : 2 * k - 2)); len=$((4 * (nb + k + nd) + 4))
             fi
             "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $((len + 4 * (q - 1))) \
-                --queries $q --query-from "$qf" --n-records $n_train --seed $((s * 100 + k)) --order "${order%% *}" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
+                --queries $q --query-from "$qf" --query-any "$qany" --n-records $n_train --seed $((s * 100 + k)) --order "${order%% *}" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
             "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $len \
                 --n-records 1000 --seed $((s * 100 + k + 50)) --order "${order%% *}" --out "$d/test$k" 2>/dev/null
         done ;;
