@@ -97,6 +97,10 @@ rep_work() { if [ "$quick" = 1 ]; then echo "$work/seed$1"; else echo "build/exp
 [ -x "$latent" ] || make "$latent"
 mkdir -p "$work/results"
 log() { printf '[experiment %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# set -e stops at a failed command; say which (the data commands' own
+# messages go to /dev/null), inside functions too (-E)
+set -E
+trap 'log "stopped: exit $? at line $LINENO: $BASH_COMMAND"' ERR
 precision=f32
 grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && precision=bf16 || true
 grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && precision=bf16 || true
