@@ -82,6 +82,9 @@ int latent_task_check(const latent_task *t, latent_err *err) {
         if (t->n_queries < 1 || t->n_queries > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --queries must be 1..200 (got %d)", t->n_queries);
         if (t->query_any_pct < 0 || t->query_any_pct > 100)
             return latent_err_set(err, LATENT_E_INVALID, "data: --query-any must be 0..100 (got %d)", t->query_any_pct);
+        /* the chain's extra queries are the head's chain, not a random query's */
+        if (t->query_any_pct && t->query_from == LATENT_VAR_QUERY_CHAIN)
+            return latent_err_set(err, LATENT_E_INVALID, "data: --query-any with --query-from chain: the extra queries would not be on the query's chain");
         if (t->query_from < LATENT_VAR_QUERY_ANY || t->query_from > LATENT_VAR_QUERY_DISTINCT)
             return latent_err_set(err, LATENT_E_INVALID, "data: query_from must be 0 (any), 1 (chain), 2 (alias) or 3 (distinct) (got %d)", t->query_from);
         if (t->n_distractors < 0 || t->n_distractors > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --distractors must be 0..200 (got %d)", t->n_distractors);

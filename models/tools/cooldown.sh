@@ -8,7 +8,8 @@
 # The same data, batch, seed and Jacobi settings as the recipe's last chunk,
 # read from its train.log.
 # usage: models/tools/cooldown.sh RUN TEST OUT   env: LRS ("1e-3 5e-4 2.5e-4 1.25e-4"), CHUNK (500),
-#        TEST2 (a second test set, e.g. twice the length, evaluated at the end)
+#        TEST2 (a second test set, e.g. twice the length, evaluated at the end),
+#        DATA (another training data file for the chunks, e.g. var-assign --query-any)
 set -eu
 cd "$(dirname "$0")/../.."
 run=$1 test=$2 out=$3 L=build/latent
@@ -31,6 +32,7 @@ for lr in $LRS; do
     for ((i = 0; i < ${#args[@]}; i++)); do # the recipe's arguments, with the new rate, steps and output
         case ${args[$i]} in
         --lr | --steps | --out) i=$((i + 1)) ;;
+        --data) a+=(--data "${DATA:-${args[$((i + 1))]}}"); i=$((i + 1)) ;;
         *) a+=("${args[$i]}") ;;
         esac
     done

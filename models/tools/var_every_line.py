@@ -52,6 +52,8 @@ def make(test, out, n):
     L = meta["record_len"]
     if meta.get("n_queries", 1) != 1 or not meta.get("program_order") or n > meta["n_records"]:
         sys.exit("var_every_line: a one-query test set in program order, with at least N records")
+    if meta["n_base"] + meta["max_depth"] + meta["n_distractors"] > 26:
+        sys.exit("var_every_line: one-letter names only (at most 26 variables a program)")
     recs, masks, info = [], [], []
     for r in range(n):
         rec, mk = tok[r * L:(r + 1) * L], mask[r * L:(r + 1) * L]

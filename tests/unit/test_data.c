@@ -416,6 +416,12 @@ static void check_refusals(void) {
     latent_task_defaults(&t, LATENT_TASK_VAR);
     t.query_from = LATENT_VAR_QUERY_DISTINCT + 1;
     CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0 && strstr(err.msg, "query_from"), "query_from out of range: %s", err.msg);
+    latent_task_defaults(&t, LATENT_TASK_VAR);
+    t.query_any_pct = 101;
+    CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0 && strstr(err.msg, "--query-any"), "query-any out of range: %s", err.msg);
+    latent_task_defaults(&t, LATENT_TASK_VAR);
+    t.query_any_pct = 50, t.query_from = LATENT_VAR_QUERY_CHAIN;
+    CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0 && strstr(err.msg, "chain"), "query-any with chain queries: %s", err.msg);
     latent_task_defaults(&t, LATENT_TASK_S5R);
     CHECK(latent_data_generate(&t, 1, 0, 0, &d, &err) != 0, "zero records");
 }
