@@ -46,6 +46,9 @@ static const char *help =
     "    --query-any P      in P% of the records the task's query asks for a random\n"
     "                       variable (any depth, distractors included) instead of\n"
     "                       the chain's head (0): no answer without every line\n"
+    "    --decoy P          in P% of the records the first d distractors form a decoy\n"
+    "                       chain as deep as the query's (d), ending at another digit\n"
+    "                       variable (0): the chain asked is not found by its shape\n"
     "\n"
     "Common: --record-len L, --tokenizer-out DIR (writes DIR/tokenizer.json with the\n"
     "task's symbols, for `latent init --tokenizer DIR`), --show K (print the first\n"
@@ -115,7 +118,8 @@ static int task_opt(int argc, char **argv, int *i, data_args *a, int *bad) {
          opt_int(argc, argv, i, "--n-base", 1, 200, &t->n_base, bad) ||
          opt_int(argc, argv, i, "--distractors", 0, 200, &t->n_distractors, bad) ||
          opt_int(argc, argv, i, "--queries", 1, 200, &t->n_queries, bad) ||
-         opt_int(argc, argv, i, "--query-any", 0, 100, &t->query_any_pct, bad)))
+         opt_int(argc, argv, i, "--query-any", 0, 100, &t->query_any_pct, bad) ||
+         opt_int(argc, argv, i, "--decoy", 0, 100, &t->decoy_pct, bad)))
         return 1;
     return 0;
 }

@@ -77,6 +77,7 @@ static json_t *task_json(const latent_task *t) {
         json_object_set_new(o, "n_queries", json_integer(t->n_queries));
         json_object_set_new(o, "query_from", json_integer(t->query_from));
         json_object_set_new(o, "query_any_pct", json_integer(t->query_any_pct));
+        json_object_set_new(o, "decoy_pct", json_integer(t->decoy_pct));
     }
     return o;
 }
@@ -253,6 +254,7 @@ int latent_dataset_load(latent_dataset *d, const char *bin_path, latent_err *err
     /* files of the sixth session say "query_from_chain" (0 or 1) */
     t->query_from = json_int_field(o, "query_from", json_int_field(o, "query_from_chain", 0));
     t->query_any_pct = json_int_field(o, "query_any_pct", 0);
+    t->decoy_pct = json_int_field(o, "decoy_pct", 0);
     d->record_len = json_int_field(o, "record_len", 0);
     d->n_records = json_int_field(o, "n_records", 0);
     d->seed = (uint64_t)json_int_field(o, "seed", 0);

@@ -85,6 +85,8 @@ int latent_task_check(const latent_task *t, latent_err *err) {
         /* the chain's extra queries are the head's chain, not a random query's */
         if (t->query_any_pct && t->query_from == LATENT_VAR_QUERY_CHAIN)
             return latent_err_set(err, LATENT_E_INVALID, "data: --query-any with --query-from chain: the extra queries would not be on the query's chain");
+        if (t->decoy_pct < 0 || t->decoy_pct > 100)
+            return latent_err_set(err, LATENT_E_INVALID, "data: --decoy must be 0..100 (got %d)", t->decoy_pct);
         if (t->query_from < LATENT_VAR_QUERY_ANY || t->query_from > LATENT_VAR_QUERY_DISTINCT)
             return latent_err_set(err, LATENT_E_INVALID, "data: query_from must be 0 (any), 1 (chain), 2 (alias) or 3 (distinct) (got %d)", t->query_from);
         if (t->n_distractors < 0 || t->n_distractors > 200) return latent_err_set(err, LATENT_E_INVALID, "data: --distractors must be 0..200 (got %d)", t->n_distractors);
@@ -375,7 +377,16 @@ static void gen_var(const latent_task *t, latent_rng *rng, rec *r) {
     int query = depth ? chain : sink;
     /* drawn only when asked for, so that the default's records stay the same */
     if (t->query_any_pct && rand_below(rng, 100) < t->query_any_pct) query = rand_below(rng, n_vars);
-    for (int i = 0; i < t->n_distractors; i++) {
+    /* a decoy: the first `depth` distractors chained like the query's, ending
+     * at another digit variable; drawn only when asked for, as above */
+    int decoy = 0;
+    if (t->decoy_pct && depth && t->n_base >= 2 && t->n_distractors >= depth && rand_below(rng, 100) < t->decoy_pct) {
+        int other = rand_below(rng, t->n_base - 1), head = chain + depth;
+        other += other >= sink;
+        for (int i = 0; i < depth; i++) rhs[head + i] = i + 1 < depth ? head + i + 1 : other;
+        decoy = depth;
+    }
+    for (int i = decoy; i < t->n_distractors; i++) {
         int v = chain + depth + i;
         rhs[v] = rand_below(rng, v); /* an earlier variable: never a cycle */
     }

@@ -48,6 +48,11 @@ typedef struct latent_task {
                              distractors included) instead of the chain's
                              head (0): a model that answers it must resolve
                              every line, not only the chain the test asks */
+    int decoy_pct;        /* percent of records whose first `depth` distractors
+                             form a decoy chain as deep as the query's, ending at
+                             another digit variable (0): the query's chain is then
+                             not the one deepest chain, so a model must follow
+                             the name asked, not find the chain by its shape */
     int program_order;    /* 1: each line after the line of the variable it names
                              (a program: no use before assignment); 0: any order */
 } latent_task;

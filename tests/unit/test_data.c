@@ -187,20 +187,35 @@ static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, 
     return -1;
 }
 
+/* The alias hops from line j to a digit (-1: undefined or a cycle); *sink: the digit's line */
+static int var_hops(char names[][3], char rhs[][3], int n, int j, int *sink) {
+    for (int depth = 0; depth < 700; depth++) {
+        if (rhs[j][0] >= '0' && rhs[j][0] <= '9') return *sink = j, depth;
+        int k = 0;
+        while (k < n && strcmp(names[k], rhs[j])) k++;
+        if (k == n) return -1;
+        j = k;
+    }
+    return -1;
+}
+
 /* Records re-parsed as text ("name=rhs;" lines, n_queries - 1 "name?d;"
  * queries, then "name?d"): every answer resolves, the task's query has a
  * depth in range, and each target's bucket is its own query's depth. */
-static void check_var(int n_base, int min_depth, int max_depth, int distractors, int n_queries, int query_from, int query_any) {
+static void check_var(int n_base, int min_depth, int max_depth, int distractors, int n_queries, int query_from, int query_any,
+                      int decoy) {
     const int from_chain = query_from == LATENT_VAR_QUERY_CHAIN, from_alias = query_from == LATENT_VAR_QUERY_ALIAS;
     const int distinct = query_from == LATENT_VAR_QUERY_DISTINCT;
     int fewer = 0, most = 0; /* distinct: records with fewer extra queries than asked; the most */
     int query_head = 0;      /* records whose task query is at its chain's depth */
+    int rivals = 0;          /* records with another chain as deep as the query's, ending elsewhere */
     latent_task t;
     latent_task_defaults(&t, LATENT_TASK_VAR);
     t.n_base = n_base, t.min_depth = min_depth, t.max_depth = max_depth, t.n_distractors = distractors;
     t.n_queries = n_queries;
     t.query_from = query_from;
     t.query_any_pct = query_any;
+    t.decoy_pct = decoy;
     latent_dataset d;
     latent_err err;
     CHECK(latent_data_generate(&t, 11, 200, 0, &d, &err) == 0, "var: %s", err.msg);
@@ -261,6 +276,14 @@ static void check_var(int n_base, int min_depth, int max_depth, int distractors,
         CHECK(chain_depth >= min_depth && chain_depth <= max_depth, "var: %d lines", n);
         CHECK(query_any || depth == chain_depth, "var: query at depth %d, chain of %d", depth, chain_depth);
         query_head += depth == chain_depth;
+        /* --decoy: another alias as deep as the query's, off its chain, at another digit variable */
+        int rival = 0;
+        for (int j = 0; j < n && depth > 0; j++) {
+            int sj, dj = var_hops(names, rhs, n, j, &sj);
+            rival |= dj == depth && sj != sink[nq - 1];
+        }
+        rivals += rival;
+        if (decoy == 100) CHECK(depth == 0 || distractors < depth || rival, "var: record %d: no decoy at depth %d", r, depth);
         /* --query-from chain: every extra query is an alias on the task's chain */
         for (int k = 0; from_chain && depth > 0 && k + 1 < nq; k++)
             CHECK(extra_depth[k] >= 1 && extra_depth[k] <= depth, "var: record %d: chain query at depth %d of %d", r, extra_depth[k], depth);
@@ -281,6 +304,8 @@ static void check_var(int n_base, int min_depth, int max_depth, int distractors,
     if (query_any == 50)
         CHECK(query_head > d.n_records / 2 && query_head < d.n_records * 4 / 5 && depth_seen[0],
               "var: query-any 50: %d of %d at the chain's head", query_head, d.n_records);
+    /* random distractors make rivals too (often at depth 1, seldom deeper): a floor only */
+    if (decoy == 50) CHECK(rivals > d.n_records * 2 / 5, "var: decoy 50: %d of %d records with a rival chain", rivals, d.n_records);
     if (n_queries > 1 && !from_chain && !from_alias && !distinct) CHECK(extra_depth_seen[0] && extra_depth_seen[1], "var: extra queries at depths 0 and 1");
     if (distinct)
         CHECK(fewer > 0 && most >= 2 && extra_depth_seen[1] && extra_depth_seen[2], "var: distinct: %d of %d records short, at most %d extra",
@@ -420,6 +445,9 @@ static void check_refusals(void) {
     t.query_any_pct = 101;
     CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0 && strstr(err.msg, "--query-any"), "query-any out of range: %s", err.msg);
     latent_task_defaults(&t, LATENT_TASK_VAR);
+    t.decoy_pct = 101;
+    CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0 && strstr(err.msg, "--decoy"), "decoy out of range: %s", err.msg);
+    latent_task_defaults(&t, LATENT_TASK_VAR);
     t.query_any_pct = 50, t.query_from = LATENT_VAR_QUERY_CHAIN;
     CHECK(latent_data_generate(&t, 1, 1, 0, &d, &err) != 0 && strstr(err.msg, "chain"), "query-any with chain queries: %s", err.msg);
     latent_task_defaults(&t, LATENT_TASK_S5R);
@@ -436,19 +464,22 @@ int main(void) {
     check_s5r(0, 1);
     check_s5r(120, 2);
     check_s5r(20, 1);
-    check_var(8, 0, 5, 6, 1, 0, 0);
-    check_var(8, 3, 3, 0, 1, 0, 0);
-    check_var(20, 1, 10, 10, 1, 0, 0); /* two-letter names */
-    check_var(8, 1, 5, 6, 8, 0, 0);    /* extra queries: each bucketed by its own depth */
-    check_var(20, 1, 6, 10, 4, 0, 0);
-    check_var(8, 1, 5, 6, 8, 1, 0);    /* --query-from chain */
-    check_var(8, 0, 3, 6, 4, 1, 0);    /* depth-0 records: any variable */
-    check_var(8, 1, 5, 6, 8, 2, 0);    /* --query-from alias: chain and distractors */
-    check_var(8, 0, 3, 0, 4, 2, 0);    /* depth 0 and no distractors: any variable */
-    check_var(8, 1, 5, 6, 8, 3, 0);    /* --query-from distinct */
-    check_var(8, 0, 2, 2, 3, 3, 0);
-    check_var(8, 1, 5, 6, 1, 0, 100); /* --query-any: the task query any variable */
-    check_var(8, 1, 5, 6, 1, 0, 50);
+    check_var(8, 0, 5, 6, 1, 0, 0, 0);
+    check_var(8, 3, 3, 0, 1, 0, 0, 0);
+    check_var(20, 1, 10, 10, 1, 0, 0, 0); /* two-letter names */
+    check_var(8, 1, 5, 6, 8, 0, 0, 0);    /* extra queries: each bucketed by its own depth */
+    check_var(20, 1, 6, 10, 4, 0, 0, 0);
+    check_var(8, 1, 5, 6, 8, 1, 0, 0);    /* --query-from chain */
+    check_var(8, 0, 3, 6, 4, 1, 0, 0);    /* depth-0 records: any variable */
+    check_var(8, 1, 5, 6, 8, 2, 0, 0);    /* --query-from alias: chain and distractors */
+    check_var(8, 0, 3, 0, 4, 2, 0, 0);    /* depth 0 and no distractors: any variable */
+    check_var(8, 1, 5, 6, 8, 3, 0, 0);    /* --query-from distinct */
+    check_var(8, 0, 2, 2, 3, 3, 0, 0);
+    check_var(8, 1, 5, 6, 1, 0, 100, 0); /* --query-any: the task query any variable */
+    check_var(8, 1, 5, 6, 1, 0, 50, 0);
+    check_var(8, 1, 5, 6, 1, 0, 0, 100); /* --decoy: a chain as deep as the query's */
+    check_var(8, 1, 5, 6, 8, 0, 0, 50);
+    check_var(20, 1, 6, 10, 1, 0, 0, 100);
     check_files_and_tokenizer();
     check_refusals();
     check_var_file();
