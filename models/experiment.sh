@@ -280,7 +280,8 @@ EOF
 #      STATE_VAR_DECOY: percent of the depth stages' training records with
 #      a decoy among the distractors, a chain as deep as the query's that
 #      ends at another digit variable (0; `latent data var-assign --decoy`);
-#      the test sets have none;
+#      the test sets have none; STATE_VAR_DECOY_FROM: the first depth
+#      stage whose training records have them (1);
 #      STATE_VAR_LINES: 1 (default with the lookup stages: the lines grow
 #      with the depth, as above) or 0 (8 digit variables, 6 distractors from
 #      stage 1 on);
@@ -306,8 +307,9 @@ state_data() { # task seed dir
     [ "$nq" = 8 ] || qtag="$qtag q$nq"
     local qany=${STATE_VAR_QUERY_ANY:-0}
     [ "$qany" = 0 ] || qtag="$qtag any$qany"
-    local decoy=${STATE_VAR_DECOY:-0}
+    local decoy=${STATE_VAR_DECOY:-0} decoy_from=${STATE_VAR_DECOY_FROM:-1}
     [ "$decoy" = 0 ] || qtag="$qtag decoy$decoy"
+    [ "$decoy_from" = 1 ] || qtag="$qtag from$decoy_from"
     [ "$t" = var ] && order="$order lines$lines lookup$lookup$qtag" || order=""
     [ "$(cat "$d/data.done" 2>/dev/null)" = "ok${order:+ $order}" ] && return 0
     mkdir -p "$d"
@@ -340,7 +342,7 @@ state_data() { # task seed dir
                 nb=$((2 * k > 8 ? 8 : 2 * k)); nd=$((2 * k - 2 > 6 ? 6 : 2 * k - 2)); len=$((4 * (nb + k + nd) + 4))
             fi
             "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $((len + 4 * (q - 1))) \
-                --queries $q --query-from "$qf" --query-any "$qany" --decoy "$decoy" --n-records $n_train --seed $((s * 100 + k)) --order "${order%% *}" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
+                --queries $q --query-from "$qf" --query-any "$qany" --decoy $((k >= decoy_from ? decoy : 0)) --n-records $n_train --seed $((s * 100 + k)) --order "${order%% *}" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
             "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $len \
                 --n-records 1000 --seed $((s * 100 + k + 50)) --order "${order%% *}" --out "$d/test$k" 2>/dev/null
         done ;;
