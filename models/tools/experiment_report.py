@@ -219,8 +219,25 @@ def main():
 STATE_TITLES = {"s5": "S5 word problem, length curriculum 4 -> 8 -> 16",
                 "var": "Variable assignment, depth curriculum 1 -> 5",
                 "var-lookup": "Variable assignment, lookup stages (depth 0; 2, then 8 digit variables) shared by the models, "
-                              "then depth curriculum 1 -> 5; 8 queries a training record"}
+                              "then depth curriculum 1 -> 5"}
 SEED_DASH = ["", "6,3", "2,3", "8,2,2,2"]
+
+
+def var_training_data(res, seed):
+    """What the final depth stage trained on, from its data file's JSON
+    (WORK/var-sSEED/train5.json beside WORK/results): queries a record, and
+    the share of task queries of any variable and of records with decoys."""
+    try:
+        meta = json.load(open(os.path.join(res, "..", "var-%s" % seed, "train5.json")))
+    except (OSError, ValueError):
+        return ""
+    q = meta.get("n_queries", 1)
+    text = "; %d quer%s a training record" % (q, "y" if q == 1 else "ies")
+    if meta.get("query_any_pct"):
+        text += ", %d%% of them of any variable" % meta["query_any_pct"]
+    if meta.get("decoy_pct"):
+        text += "; decoy chains in %d%% of stage 5's training records" % meta["decoy_pct"]
+    return text
 
 
 def state_metric(task, acc):
@@ -357,7 +374,7 @@ def state_main(res, out, cpu, jobs, prec, budget, quick, np="1"):
         if fn.endswith(".curve.jsonl"):
             task, model, seed = fn[: -len(".curve.jsonl")].split(".")
             if model == "lookup":  # var's shared lookup stages: the first lines of every model's curve
-                titles["var"] = STATE_TITLES["var-lookup"]
+                titles["var"] = STATE_TITLES["var-lookup"] + var_training_data(res, seed)
                 continue
             runs.setdefault(task, []).append((model, int(seed[1:])))
     lines = ["<!-- written by models/tools/experiment_report.py --state from %s; do not edit by hand -->" % res,
