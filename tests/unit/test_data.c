@@ -166,28 +166,8 @@ static void check_s5r(int dict_size, int value_len) {
     latent_dataset_free(&d);
 }
 
-/* The alias hops from `name` to a digit in the parsed lines; checks the digit
- * is `want` and the chain ends. *sink: the digit variable's line. */
-static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, char want, int r, int *sink) {
-    char cur[3];
-    snprintf(cur, 3, "%.2s", name);
-    for (int depth = 0; depth < 700; depth++) {
-        int j = 0;
-        while (j < n && strcmp(names[j], cur)) j++;
-        CHECK(j < n, "var: %s undefined", cur);
-        if (j == n) return -1;
-        if (rhs[j][0] >= '0' && rhs[j][0] <= '9') {
-            CHECK(rhs[j][0] == want, "var: record %d answer %c, resolved %c", r, want, rhs[j][0]);
-            *sink = j;
-            return depth;
-        }
-        snprintf(cur, 3, "%.2s", rhs[j]);
-    }
-    CHECK(0, "var: cycle");
-    return -1;
-}
-
-/* The alias hops from line j to a digit (-1: undefined or a cycle); *sink: the digit's line */
+/* The alias hops from line j to a digit (-1: an undefined name or a cycle);
+ * *sink: the digit variable's line */
 static int var_hops(char names[][3], char rhs[][3], int n, int j, int *sink) {
     for (int depth = 0; depth < 700; depth++) {
         if (rhs[j][0] >= '0' && rhs[j][0] <= '9') return *sink = j, depth;
@@ -197,6 +177,20 @@ static int var_hops(char names[][3], char rhs[][3], int n, int j, int *sink) {
         j = k;
     }
     return -1;
+}
+
+/* The alias hops from `name` to a digit in the parsed lines; checks the name
+ * is assigned, the chain ends and its digit is `want`. *sink: the digit's line. */
+static int var_resolve(char names[][3], char rhs[][3], int n, const char *name, char want, int r, int *sink) {
+    int j = 0;
+    while (j < n && strncmp(names[j], name, 2)) j++;
+    CHECK(j < n, "var: %.2s undefined", name);
+    if (j == n) return -1;
+    int depth = var_hops(names, rhs, n, j, sink);
+    CHECK(depth >= 0, "var: record %d: %.2s names an undefined variable or a cycle", r, name);
+    if (depth < 0) return -1;
+    CHECK(rhs[*sink][0] == want, "var: record %d answer %c, resolved %c", r, want, rhs[*sink][0]);
+    return depth;
 }
 
 /* Records re-parsed as text ("name=rhs;" lines, n_queries - 1 "name?d;"
