@@ -144,6 +144,27 @@ else:
 print(repr(lr))
 PYEOF
 }
+# the suffix of the training data of the chunk that ends at STEP: "d" (the
+# records with decoys) once the gate is open, that is once a line of this
+# stage or a later one had gamma_rec >= GATE (STATE_VAR_DECOY_GAMMA), else
+# ""; a run following another's schedule (FOLLOW) takes that run's data
+decoy_suffix() { # CURVE STAGE DECOY_FROM GATE STEP [FOLLOW]
+    "$PY" - "$@" <<'PYEOF'
+import json, os, sys
+curve, stage, first, gate, step = sys.argv[1:6]
+follow = sys.argv[6] if len(sys.argv) > 6 else ""
+def lines(p):
+    return [json.loads(l) for l in open(p) if l.strip()] if p and os.path.exists(p) else []
+on = False
+if gate and not stage.startswith("L") and int(stage) >= int(first):
+    if follow:
+        on = {l["step"]: l.get("decoy", 0) for l in lines(follow)}.get(int(step), 0) == 1
+    else:
+        last = lines(curve)[-1:]
+        on = bool(last) and (last[0].get("decoy", 0) == 1 or last[0].get("gamma_rec", -1e30) >= float(gate))
+print("d" if on else "")
+PYEOF
+}
 # curve_last CURVE FIELD...: those fields of a curve's last line ("next" is "stay" where absent)
 curve_last() { "$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(*(l.get(k, "stay") for k in sys.argv[2:]))' "$@"; }
 
@@ -281,7 +302,12 @@ EOF
 #      a decoy among the distractors, a chain as deep as the query's that
 #      ends at another digit variable (0; `latent data var-assign --decoy`);
 #      the test sets have none; STATE_VAR_DECOY_FROM: the first depth
-#      stage whose training records have them (1);
+#      stage whose training records have them (1); STATE_VAR_DECOY_GAMMA:
+#      the decoys start only once T2MLR's gamma_rec has reached this value
+#      (unset: from the stage on; decoys from the fork slowed the recurrent
+#      path's opening in every seed, docs/experiments.md), and stay on; the
+#      curve marks each chunk that trained on them ("decoy": 1), and a plain
+#      run following T2MLR's schedule takes the same data at each step;
 #      STATE_VAR_LINES: 1 (default with the lookup stages: the lines grow
 #      with the depth, as above) or 0 (8 digit variables, 6 distractors from
 #      stage 1 on);
@@ -310,6 +336,8 @@ state_data() { # task seed dir
     local decoy=${STATE_VAR_DECOY:-0} decoy_from=${STATE_VAR_DECOY_FROM:-1}
     [ "$decoy" = 0 ] || qtag="$qtag decoy$decoy"
     [ "$decoy_from" = 1 ] || qtag="$qtag from$decoy_from"
+    local gate=${STATE_VAR_DECOY_GAMMA:-}
+    [ -z "$gate" ] || qtag="$qtag gamma$gate"
     [ "$t" = var ] && order="$order lines$lines lookup$lookup$qtag" || order=""
     [ "$(cat "$d/data.done" 2>/dev/null)" = "ok${order:+ $order}" ] && return 0
     mkdir -p "$d"
@@ -341,8 +369,16 @@ state_data() { # task seed dir
             if [ "$lines" = 1 ]; then
                 nb=$((2 * k > 8 ? 8 : 2 * k)); nd=$((2 * k - 2 > 6 ? 6 : 2 * k - 2)); len=$((4 * (nb + k + nd) + 4))
             fi
-            "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $((len + 4 * (q - 1))) \
-                --queries $q --query-from "$qf" --query-any "$qany" --decoy $((k >= decoy_from ? decoy : 0)) --n-records $n_train --seed $((s * 100 + k)) --order "${order%% *}" --out "$d/train$k" --tokenizer-out "$d/tok" 2>/dev/null
+            # with the gamma gate, train$k has no decoys and train${k}d (the
+            # same seed) has them, for the chunks after the gate opens
+            local dk=$((k >= decoy_from ? decoy : 0)) runs r
+            runs="$dk:"
+            [ -z "$gate" ] || { runs="0:"; [ "$dk" = 0 ] || runs="$runs $dk:d"; }
+            for r in $runs; do
+                "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $((len + 4 * (q - 1))) \
+                    --queries $q --query-from "$qf" --query-any "$qany" --decoy "${r%%:*}" --n-records $n_train --seed $((s * 100 + k)) \
+                    --order "${order%% *}" --out "$d/train$k${r#*:}" --tokenizer-out "$d/tok" 2>/dev/null
+            done
             "$latent" data var-assign --min-depth 1 --max-depth $k --n-base $nb --distractors $nd --record-len $len \
                 --n-records 1000 --seed $((s * 100 + k + 50)) --order "${order%% *}" --out "$d/test$k" 2>/dev/null
         done ;;
@@ -429,7 +465,7 @@ state_model() { # task model seed
     local base=(--out "$d/$m.run" --batch 32 --optimizer adamw --beta1 0.9 --beta2 0.98 --weight-decay 0.1
         --warmup 100 --lr-schedule constant --grad-clip 1 --seed "$s" --threads 1 --precision "$prec"
         --eval-every 1000000 --keep 1)
-    local stage rec D status args gammas
+    local stage rec D status args gammas dsuf
     local st=($stages) en=($ends) runner=()
     [ "${NP:-1}" -gt 1 ] && runner=(mpirun -np "$NP" --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo)
     # plain and LRT follow the T2MLR run of their task and seed where that has
@@ -459,7 +495,10 @@ PYEOF
         rec=$(json_field "$d/train$stage.json" record_len)
         D=$rec; [ "$t" = var ] && D=8
         chunk_lr=$(cool_lr "$out.curve.jsonl" "${st[-1]}" "$cool" "$lr" "$((step + step0 + chunk))" "$follow")
-        args=("${base[@]}" --lr "$chunk_lr" --data "$d/train$stage.bin" --seq "$rec" --steps $((step + chunk)))
+        dsuf=""
+        [ "$t" != var ] || [ -z "${STATE_VAR_DECOY_GAMMA:-}" ] ||
+            dsuf=$(decoy_suffix "$out.curve.jsonl" "$stage" "${STATE_VAR_DECOY_FROM:-1}" "$STATE_VAR_DECOY_GAMMA" "$((step + step0 + chunk))" "$follow")
+        args=("${base[@]}" --lr "$chunk_lr" --data "$d/train$stage$dsuf.bin" --seq "$rec" --steps $((step + chunk)))
         [ "$m" = t2mlr ] && args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4)
         [ "$m" = lrt ] && args+=(--mode lrt --lrt-subsets "${STATE_LRT_S:-$rec}")
         if [ "$step" = 0 ]; then args+=(--model "$d/$m.init"); else args+=(--resume); fi
@@ -477,10 +516,10 @@ PYEOF
         status=$("$PY" - "$d/$m.run/train.jsonl" "$d/$m.ev_stage.json" "$d/$m.ev_final.json" "$out.curve.jsonl" \
             "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$budget" "$max_steps" "$d/$m.cpu" \
             "${en[$si]:-1e30}" "$((si + 1 < ${#st[@]} ? 1 : 0))" "$(echo $stage_steps | cut -d' ' -f$((si + 1)))" \
-            "${STATE_UNTIL_TARGET:-0}" "$step0" "$chunk_lr" "$gammas" <<'PYEOF'
+            "${STATE_UNTIL_TARGET:-0}" "$step0" "$chunk_lr" "$gammas" "$dsuf" <<'PYEOF'
 import json, os, sys
 (jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, end_cpu, more, at, until, step0, lr,
- gammas) = sys.argv[1:]
+ gammas, dsuf) = sys.argv[1:]
 rows = [json.loads(l) for l in open(jl) if l.strip()]
 prev = [json.loads(l) for l in open(curve)] if os.path.exists(curve) else []
 tok0, sec0, cpu0 = (prev[-1]["tokens"], prev[-1]["train_s"], prev[-1]["cpu_s"]) if prev else (0, 0.0, 0.0)
@@ -499,6 +538,8 @@ line = {"step": int(step0) + rows[-1]["step"], "stage": stage if lookup else int
 for kv in gammas.split():  # model.t2mlr.gamma_rec=0.12 -> "gamma_rec": 0.12
     k, v = kv.split("=")
     line[k.rsplit(".", 1)[1]] = round(float(v), 4)
+if dsuf == "d":  # the chunk trained on the records with decoys
+    line["decoy"] = 1
 def target_met(acc):  # the issue's targets, on the final stage's test set
     if task == "s5":
         return min(acc.values()) >= 0.95

@@ -226,17 +226,27 @@ SEED_DASH = ["", "6,3", "2,3", "8,2,2,2"]
 def var_training_data(res, seed):
     """What the final depth stage trained on, from its data file's JSON
     (WORK/var-sSEED/train5.json beside WORK/results): queries a record, and
-    the share of task queries of any variable and of records with decoys."""
+    the share of task queries of any variable and of records with decoys.
+    With the gamma gate (STATE_VAR_DECOY_GAMMA) the decoys are in train5d.json,
+    taken once T2MLR's gamma_rec reached the gate."""
+    base = os.path.join(res, "..", "var-%s" % seed)
     try:
-        meta = json.load(open(os.path.join(res, "..", "var-%s" % seed, "train5.json")))
+        meta = json.load(open(os.path.join(base, "train5.json")))
     except (OSError, ValueError):
         return ""
+    gated = ""
+    if os.path.exists(os.path.join(base, "train5d.json")):
+        try:
+            meta["decoy_pct"] = json.load(open(os.path.join(base, "train5d.json"))).get("decoy_pct", 0)
+            gated = ", from the chunk after gamma_rec reached the gate"
+        except (OSError, ValueError):
+            pass
     q = meta.get("n_queries", 1)
     text = "; %d quer%s a training record" % (q, "y" if q == 1 else "ies")
     if meta.get("query_any_pct"):
         text += ", %d%% of them of any variable" % meta["query_any_pct"]
     if meta.get("decoy_pct"):
-        text += "; decoy chains in %d%% of stage 5's training records" % meta["decoy_pct"]
+        text += "; decoy chains in %d%% of stage 5's training records%s" % (meta["decoy_pct"], gated)
     return text
 
 
