@@ -251,11 +251,18 @@ experiment-state: $(BUILD)/latent
 # 12 unless STATE_TASKS/STATE_MODELS/STATE_SEEDS say otherwise), its final
 # stage run on until the task's target is met or 2 hours of CPU are spent;
 # NP=N runs every chunk under `mpirun -np N` (the same batches; N cores).
+# STATE_TASKS=var takes var's long recipe: one query a record, long stage
+# caps, no cool-down, decoy chains once gamma_rec reaches 0.5 (the sixteenth
+# session of docs/experiments.md; each STATE_VAR_ setting can be overridden).
 # Stopped, it continues where it stopped. Report in build/experiment-long/report.
 experiment-long: $(BUILD)/latent
 	STATE=1 JOBS=1 QUICK=$(QUICK) LATENT=$(BUILD)/latent WORK=$(or $(WORK),build/experiment-long) \
 	STATE_TASKS="$(or $(STATE_TASKS),s5)" STATE_MODELS="$(or $(STATE_MODELS),t2mlr)" \
 	STATE_SEEDS="$(or $(STATE_SEEDS),12)" STATE_BUDGET=$(or $(STATE_BUDGET),7200) STATE_UNTIL_TARGET=1 \
+	STATE_VAR_QUERIES=$(or $(STATE_VAR_QUERIES),1) STATE_VAR_DECOY=$(or $(STATE_VAR_DECOY),100) \
+	STATE_VAR_DECOY_GAMMA=$(or $(STATE_VAR_DECOY_GAMMA),0.5) \
+	STATE_VAR_STAGE_CPU="$(or $(STATE_VAR_STAGE_CPU),300 3300 4300 5300)" \
+	STATE_VAR_COOL_AFTER=$(or $(STATE_VAR_COOL_AFTER),1000000000) \
 	NP=$(or $(NP),1) bash models/experiment.sh
 
 # Serves models/default on 127.0.0.1:8080 (a small random T2MLR model is
