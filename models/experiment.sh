@@ -126,45 +126,10 @@ make_data() { # task
 }
 
 json_field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$@"; }
-# the learning rate of the chunk that ends at STEP: the base rate, halved once
-# for each line of the final stage at or past COOL CPU s (at most 4 times); a
-# run following another's schedule (FOLLOW, a curve) takes that run's rate
-cool_lr() { # CURVE FINAL_STAGE COOL BASE STEP [FOLLOW]
-    "$PY" - "$@" <<'PYEOF'
-import json, os, sys
-curve, final, cool, base, step = sys.argv[1:6]
-follow = sys.argv[6] if len(sys.argv) > 6 else ""
-def lines(p):
-    return [json.loads(l) for l in open(p) if l.strip()] if p and os.path.exists(p) else []
-if follow:
-    lr = {l["step"]: l.get("lr", float(base)) for l in lines(follow)}.get(int(step), float(base))
-else:
-    n = sum(1 for l in lines(curve) if str(l["stage"]) == final and l["cpu_s"] >= float(cool))
-    lr = float(base) / 2 ** min(n, 4)
-print(repr(lr))
-PYEOF
-}
-# the suffix of the training data of the chunk that ends at STEP: "d" (the
-# records with decoys) once the gate is open, that is once a line of this
-# stage or a later one had gamma_rec >= GATE (STATE_VAR_DECOY_GAMMA), else
-# ""; a run following another's schedule (FOLLOW) takes that run's data
-decoy_suffix() { # CURVE STAGE DECOY_FROM GATE STEP [FOLLOW]
-    "$PY" - "$@" <<'PYEOF'
-import json, os, sys
-curve, stage, first, gate, step = sys.argv[1:6]
-follow = sys.argv[6] if len(sys.argv) > 6 else ""
-def lines(p):
-    return [json.loads(l) for l in open(p) if l.strip()] if p and os.path.exists(p) else []
-on = False
-if gate and not stage.startswith("L") and int(stage) >= int(first):
-    if follow:
-        on = {l["step"]: l.get("decoy", 0) for l in lines(follow)}.get(int(step), 0) == 1
-    else:
-        last = lines(curve)[-1:]
-        on = bool(last) and (last[0].get("decoy", 0) == 1 or last[0].get("gamma_rec", -1e30) >= float(gate))
-print("d" if on else "")
-PYEOF
-}
+# the learning rate and the training set's suffix (decoys or not) of the
+# chunk that ends at STEP, from the run's curve (models/tools/chunk_schedule.py)
+cool_lr() { "$PY" models/tools/chunk_schedule.py lr "$@"; }          # CURVE FINAL_STAGE COOL BASE STEP [FOLLOW]
+decoy_suffix() { "$PY" models/tools/chunk_schedule.py data "$@"; }   # CURVE STAGE DECOY_FROM GATE STEP [FOLLOW]
 # curve_last CURVE FIELD...: those fields of a curve's last line ("next" is "stay" where absent)
 curve_last() { "$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(*(l.get(k, "stay") for k in sys.argv[2:]))' "$@"; }
 

@@ -84,6 +84,39 @@ cv = lambda m: [(x['step'], x['stage'], x['lr']) for x in map(json.loads, open(s
 assert cv('plain') == cv('t2mlr'), (cv('plain'), cv('t2mlr'))
 PYEOF
 
+# each chunk's rate and data from a curve (models/tools/chunk_schedule.py):
+# the gate on gamma_rec opens the decoys and they stay on when it falls
+# back; the lookup stages and the stages before DECOY_FROM never get them; a
+# run on another's schedule takes that run's rate and data at each step
+"$PY" - "$tmp/gate.jsonl" "$tmp/followed.jsonl" <<'PYEOF'
+import json, sys
+lines = [(250, "L8", 10, None, 0), (500, 1, 20, 0.2, 0), (750, 2, 30, 0.6, 0), (1000, 2, 40, 0.3, 1), (1250, 5, 50, 0.1, 1)]
+with open(sys.argv[1], "w") as f:
+    for step, stage, cpu, gamma, decoy in lines:
+        line = {"step": step, "stage": stage, "cpu_s": cpu, "lr": 1e-3, "decoy": decoy}
+        if gamma is not None:
+            line["gamma_rec"] = gamma
+        f.write(json.dumps(line) + "\n")
+with open(sys.argv[2], "w") as f:
+    f.write(json.dumps({"step": 1500, "stage": 5, "cpu_s": 60, "lr": 2.5e-4, "decoy": 1}) + "\n")
+PYEOF
+schedule() { "$PY" "$root/models/tools/chunk_schedule.py" "$@"; }
+cut_curve() { head -n "$1" "$tmp/gate.jsonl" >"$tmp/cut$1.jsonl"; echo "$tmp/cut$1.jsonl"; }
+[ "$(schedule data "$(cut_curve 2)" 2 1 0.5 750)" = "" ] &&       # gamma_rec 0.2 < 0.5: no decoys yet
+    [ "$(schedule data "$(cut_curve 3)" 2 1 0.5 1000)" = d ] &&  # 0.6 >= 0.5: on
+    [ "$(schedule data "$(cut_curve 4)" 2 1 0.5 1250)" = d ] &&  # 0.3, but the last chunk had them: still on
+    [ "$(schedule data "$(cut_curve 3)" L8 1 0.5 1000)" = "" ] &&
+    [ "$(schedule data "$(cut_curve 3)" 2 3 0.5 1000)" = "" ] &&
+    [ "$(schedule data "$(cut_curve 3)" 2 1 "" 1000)" = "" ] &&
+    [ "$(schedule data "$(cut_curve 1)" 5 1 0.5 1500 "$tmp/followed.jsonl")" = d ] &&
+    [ "$(schedule data "$(cut_curve 5)" 5 1 0.5 1750 "$tmp/followed.jsonl")" = "" ] &&
+    [ "$(schedule lr "$tmp/gate.jsonl" 5 45 1e-3 1500)" = 0.0005 ] &&  # one final-stage line past 45 CPU s
+    [ "$(schedule lr "$tmp/gate.jsonl" 2 0 1e-3 1500)" = 0.00025 ] &&  # two lines of stage 2
+    [ "$(schedule lr "$tmp/gate.jsonl" 5 0 1e-3 1500 "$tmp/followed.jsonl")" = 0.00025 ] &&
+    ! schedule lr "$tmp/gate.jsonl" 5 2>/dev/null &&
+    ok "chunk_schedule.py: the decoy gate opens on gamma_rec and stays open, the rate halves per final-stage line, a follower copies both" ||
+    fail "chunk_schedule.py's rates or decoy gate"
+
 # stopped after 15 steps, then run again to 30: it continues
 # (the lookup run is finished in the first: it stops at its own 20 steps)
 state "$tmp/cut" 15 && rm "$tmp/cut/results/"*.t2mlr.*.eval.json && state "$tmp/cut" 30 ||
