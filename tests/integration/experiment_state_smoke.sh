@@ -112,6 +112,7 @@ cut_curve() { head -n "$1" "$tmp/gate.jsonl" >"$tmp/cut$1.jsonl"; echo "$tmp/cut
     [ "$(schedule data "$(cut_curve 5)" 5 1 0.5 1750 "$tmp/followed.jsonl")" = "" ] &&
     [ "$(schedule lr "$tmp/gate.jsonl" 5 45 1e-3 1500)" = 0.0005 ] &&  # one final-stage line past 45 CPU s
     [ "$(schedule lr "$tmp/gate.jsonl" 2 0 1e-3 1500)" = 0.00025 ] &&  # two lines of stage 2
+    [ "$(cat "$tmp/gate.jsonl" "$tmp/gate.jsonl" "$tmp/gate.jsonl" >"$tmp/long.jsonl"; schedule lr "$tmp/long.jsonl" 2 0 1e-3 1500)" = 6.25e-05 ] &&  # six lines: 1/16 at most
     [ "$(schedule lr "$tmp/gate.jsonl" 5 0 1e-3 1500 "$tmp/followed.jsonl")" = 0.00025 ] &&
     ! schedule lr "$tmp/gate.jsonl" 5 2>/dev/null &&
     ok "chunk_schedule.py: the decoy gate opens on gamma_rec and stays open, the rate halves per final-stage line, a follower copies both" ||
