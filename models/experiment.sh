@@ -129,7 +129,7 @@ json_field() { "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys
 # the learning rate and the training set's suffix (decoys or not) of the
 # chunk that ends at STEP, from the run's curve (models/tools/chunk_schedule.py)
 cool_lr() { "$PY" models/tools/chunk_schedule.py lr "$@"; }          # CURVE FINAL_STAGE COOL BASE STEP [FOLLOW]
-decoy_suffix() { "$PY" models/tools/chunk_schedule.py data "$@"; }   # CURVE STAGE DECOY_FROM GATE STEP [FOLLOW]
+decoy_suffix() { "$PY" models/tools/chunk_schedule.py data "$@"; }   # CURVE STAGE DECOY_FROM GATE DEPTH STEP [FOLLOW]
 # curve_last CURVE FIELD...: those fields of a curve's last line ("next" is "stay" where absent)
 curve_last() { "$PY" -c 'import json,sys; l=json.loads(open(sys.argv[1]).read().splitlines()[-1]); print(*(l.get(k, "stay") for k in sys.argv[2:]))' "$@"; }
 
@@ -270,7 +270,12 @@ EOF
 #      stage whose training records have them (1); STATE_VAR_DECOY_GAMMA:
 #      the decoys start only once T2MLR's gamma_rec has reached this value
 #      (unset: from the stage on; decoys from the fork slowed the recurrent
-#      path's opening in every seed, docs/experiments.md), and stay on; the
+#      path's opening in every seed, docs/experiments.md), and stay on;
+#      STATE_VAR_DECOY_DEPTH=k: they also wait until depths 1..k are learnt
+#      (stage k's criterion, met in stage k or later: their mean accuracy on
+#      the stage's test set >= 0.9; 0, the default:
+#      no such condition; decoys before depth 2 was learnt closed the path
+#      in the runs where it closed, docs/experiments.md); the
 #      curve marks each chunk that trained on them ("decoy": 1), and a plain
 #      run following T2MLR's schedule takes the same data at each step;
 #      STATE_VAR_LINES: 1 (default with the lookup stages: the lines grow
@@ -462,7 +467,7 @@ PYEOF
         chunk_lr=$(cool_lr "$out.curve.jsonl" "${st[-1]}" "$cool" "$lr" "$((step + step0 + chunk))" "$follow")
         dsuf=""
         [ "$t" != var ] || [ -z "${STATE_VAR_DECOY_GAMMA:-}" ] ||
-            dsuf=$(decoy_suffix "$out.curve.jsonl" "$stage" "${STATE_VAR_DECOY_FROM:-1}" "$STATE_VAR_DECOY_GAMMA" "$((step + step0 + chunk))" "$follow")
+            dsuf=$(decoy_suffix "$out.curve.jsonl" "$stage" "${STATE_VAR_DECOY_FROM:-1}" "$STATE_VAR_DECOY_GAMMA" "${STATE_VAR_DECOY_DEPTH:-0}" "$((step + step0 + chunk))" "$follow")
         args=("${base[@]}" --lr "$chunk_lr" --data "$d/train$stage$dsuf.bin" --seq "$rec" --steps $((step + chunk)))
         [ "$m" = t2mlr ] && args+=(--mode jacobi --jacobi-iters "$D" --jacobi-grad-iters 4)
         [ "$m" = lrt ] && args+=(--mode lrt --lrt-subsets "${STATE_LRT_S:-$rec}")

@@ -3,15 +3,18 @@
 run's learning curve (models/experiment.sh writes a JSON line per chunk).
 
 usage: chunk_schedule.py lr CURVE FINAL_STAGE COOL BASE STEP [FOLLOW]
-       chunk_schedule.py data CURVE STAGE DECOY_FROM GATE STEP [FOLLOW]
+       chunk_schedule.py data CURVE STAGE DECOY_FROM GATE DEPTH STEP [FOLLOW]
 
 lr:   the learning rate of the chunk that ends at STEP: BASE, halved once
       for each line of the final stage at or past COOL CPU seconds (at
       most 4 times, to 1/16).
 data: the suffix of its training set: "d" (the records with decoys) once
       the gate is open, that is once STAGE >= DECOY_FROM and the curve's
-      last line trained on decoys or had gamma_rec >= GATE
-      (STATE_VAR_DECOY_GAMMA); else "". An empty GATE: never.
+      last line trained on decoys, or had gamma_rec >= GATE
+      (STATE_VAR_DECOY_GAMMA) and depths 1..DEPTH learnt: their mean
+      accuracy on the stage's test set >= 0.9, stage DEPTH's criterion,
+      in stage DEPTH or later (STATE_VAR_DECOY_DEPTH; 0: no such
+      condition); else "". An empty GATE: never.
 
 FOLLOW is another run's curve: a run on that run's schedule (a plain
 control on T2MLR's) takes the rate and data that run had at STEP, so the
@@ -43,7 +46,15 @@ def chunk_lr(curve, final, cool, base, step, follow=""):
     return float(base) / 2 ** min(n, 4)
 
 
-def chunk_data(curve, stage, first, gate, step, follow=""):
+def depths_learnt(line, depth):
+    """Whether LINE's accuracy at depths 1..DEPTH on its stage's test set
+    meets a stage's criterion (stage DEPTH's own; a stage before DEPTH has
+    not met it)."""
+    acc = [line.get("stage_acc", {}).get(str(k)) for k in range(1, int(depth) + 1)]
+    return None not in acc and (not acc or sum(acc) / len(acc) >= 0.9)
+
+
+def chunk_data(curve, stage, first, gate, depth, step, follow=""):
     # the lookup stages (L2, L8) and the stages before DECOY_FROM never have decoys
     if not gate or stage.startswith("L") or int(stage) < int(first):
         return ""
@@ -51,14 +62,15 @@ def chunk_data(curve, stage, first, gate, step, follow=""):
         return "d" if at_step(follow, step, "decoy", 0) == 1 else ""
     last = curve_lines(curve)[-1:]
     on = bool(last) and (last[0].get("decoy", 0) == 1
-                         or last[0].get("gamma_rec", -1e30) >= float(gate))
+                         or (last[0].get("gamma_rec", -1e30) >= float(gate)
+                             and depths_learnt(last[0], depth)))
     return "d" if on else ""
 
 
 def main(argv):
     if len(argv) in (7, 8) and argv[1] == "lr":
         print(repr(chunk_lr(*argv[2:])))
-    elif len(argv) in (7, 8) and argv[1] == "data":
+    elif len(argv) in (8, 9) and argv[1] == "data":
         print(chunk_data(*argv[2:]))
     else:
         sys.exit(__doc__.split("\n\n")[1])

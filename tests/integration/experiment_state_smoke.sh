@@ -85,15 +85,18 @@ assert cv('plain') == cv('t2mlr'), (cv('plain'), cv('t2mlr'))
 PYEOF
 
 # each chunk's rate and data from a curve (models/tools/chunk_schedule.py):
-# the gate on gamma_rec opens the decoys and they stay on when it falls
-# back; the lookup stages and the stages before DECOY_FROM never get them; a
+# the gate on gamma_rec (and, with DEPTH, on depths 1..DEPTH learnt) opens
+# the decoys and they stay on when it falls back; the lookup stages and the stages before DECOY_FROM never get them; a
 # run on another's schedule takes that run's rate and data at each step
 "$PY" - "$tmp/gate.jsonl" "$tmp/followed.jsonl" <<'PYEOF'
 import json, sys
-lines = [(250, "L8", 10, None, 0), (500, 1, 20, 0.2, 0), (750, 2, 30, 0.6, 0), (1000, 2, 40, 0.3, 1), (1250, 5, 50, 0.1, 1)]
+# the third line: depth 1 learnt (0.97), depths 1-2 not (mean 0.87), on its stage's test set
+lines = [(250, "L8", 10, None, 0, 0.2), (500, 1, 20, 0.2, 0, 0.5), (750, 2, 30, 0.6, 0, 0.77), (1000, 2, 40, 0.3, 1, 0.8),
+         (1250, 5, 50, 0.1, 1, 0.9)]
 with open(sys.argv[1], "w") as f:
-    for step, stage, cpu, gamma, decoy in lines:
-        line = {"step": step, "stage": stage, "cpu_s": cpu, "lr": 1e-3, "decoy": decoy}
+    for step, stage, cpu, gamma, decoy, d2 in lines:
+        line = {"step": step, "stage": stage, "cpu_s": cpu, "lr": 1e-3, "decoy": decoy,
+                "stage_acc": {"1": 0.97, "2": d2}}
         if gamma is not None:
             line["gamma_rec"] = gamma
         f.write(json.dumps(line) + "\n")
@@ -102,20 +105,26 @@ with open(sys.argv[2], "w") as f:
 PYEOF
 schedule() { "$PY" "$root/models/tools/chunk_schedule.py" "$@"; }
 cut_curve() { head -n "$1" "$tmp/gate.jsonl" >"$tmp/cut$1.jsonl"; echo "$tmp/cut$1.jsonl"; }
-[ "$(schedule data "$(cut_curve 2)" 2 1 0.5 750)" = "" ] &&       # gamma_rec 0.2 < 0.5: no decoys yet
-    [ "$(schedule data "$(cut_curve 3)" 2 1 0.5 1000)" = d ] &&  # 0.6 >= 0.5: on
-    [ "$(schedule data "$(cut_curve 4)" 2 1 0.5 1250)" = d ] &&  # 0.3, but the last chunk had them: still on
-    [ "$(schedule data "$(cut_curve 3)" L8 1 0.5 1000)" = "" ] &&
-    [ "$(schedule data "$(cut_curve 3)" 2 3 0.5 1000)" = "" ] &&
-    [ "$(schedule data "$(cut_curve 3)" 2 1 "" 1000)" = "" ] &&
-    [ "$(schedule data "$(cut_curve 1)" 5 1 0.5 1500 "$tmp/followed.jsonl")" = d ] &&
-    [ "$(schedule data "$(cut_curve 5)" 5 1 0.5 1750 "$tmp/followed.jsonl")" = "" ] &&
+[ "$(schedule data "$(cut_curve 2)" 2 1 0.5 0 750)" = "" ] &&       # gamma_rec 0.2 < 0.5: no decoys yet
+    [ "$(schedule data "$(cut_curve 3)" 2 1 0.5 0 1000)" = d ] &&  # 0.6 >= 0.5: on
+    [ "$(schedule data "$(cut_curve 3)" 2 1 0.5 1 1000)" = d ] &&  # and depth 1 is learnt
+    [ "$(schedule data "$(cut_curve 3)" 2 1 0.5 2 1000)" = "" ] &&  # but depths 1-2 are not: off
+    [ "$(schedule data "$(cut_curve 3)" 2 1 0.5 3 1000)" = "" ] &&  # nor depth 3, not yet trained
+    [ "$(schedule data "$(cut_curve 4)" 2 1 0.5 0 1250)" = d ] &&  # 0.3, but the last chunk had them: still on
+    [ "$(schedule data "$(cut_curve 4)" 2 1 0.5 2 1250)" = d ] &&  # depths 1-2 at 0.885: on because the last had them
+    [ "$(printf '{"step": 500, "stage": 3, "cpu_s": 9, "lr": 1e-3, "gamma_rec": 0.6, "stage_acc": {"1": 0.93, "2": 0.9, "3": 0.2}}\n' >"$tmp/learnt.jsonl"
+         schedule data "$tmp/learnt.jsonl" 3 1 0.5 2 750)" = d ] &&  # depths 1-2 at 0.915 and the path open: on
+    [ "$(schedule data "$(cut_curve 3)" L8 1 0.5 0 1000)" = "" ] &&
+    [ "$(schedule data "$(cut_curve 3)" 2 3 0.5 0 1000)" = "" ] &&
+    [ "$(schedule data "$(cut_curve 3)" 2 1 "" 0 1000)" = "" ] &&
+    [ "$(schedule data "$(cut_curve 1)" 5 1 0.5 0 1500 "$tmp/followed.jsonl")" = d ] &&
+    [ "$(schedule data "$(cut_curve 5)" 5 1 0.5 0 1750 "$tmp/followed.jsonl")" = "" ] &&
     [ "$(schedule lr "$tmp/gate.jsonl" 5 45 1e-3 1500)" = 0.0005 ] &&  # one final-stage line past 45 CPU s
     [ "$(schedule lr "$tmp/gate.jsonl" 2 0 1e-3 1500)" = 0.00025 ] &&  # two lines of stage 2
     [ "$(cat "$tmp/gate.jsonl" "$tmp/gate.jsonl" "$tmp/gate.jsonl" >"$tmp/long.jsonl"; schedule lr "$tmp/long.jsonl" 2 0 1e-3 1500)" = 6.25e-05 ] &&  # six lines: 1/16 at most
     [ "$(schedule lr "$tmp/gate.jsonl" 5 0 1e-3 1500 "$tmp/followed.jsonl")" = 0.00025 ] &&
     ! schedule lr "$tmp/gate.jsonl" 5 2>/dev/null &&
-    ok "chunk_schedule.py: the decoy gate opens on gamma_rec and stays open, the rate halves per final-stage line, a follower copies both" ||
+    ok "chunk_schedule.py: the decoy gate opens on gamma_rec and the depths learnt and stays open, the rate halves per final-stage line, a follower copies both" ||
     fail "chunk_schedule.py's rates or decoy gate"
 
 # stopped after 15 steps, then run again to 30: it continues
