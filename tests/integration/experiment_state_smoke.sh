@@ -51,6 +51,15 @@ assert steps == list(range(5, 55, 5)), steps
 gam = [('gamma_rec' in json.loads(l), 'gamma_cur' in json.loads(l)) for l in tc]
 assert gam == [(False, False)] * 4 + [(True, True)] * 6, gam
 PYEOF
+# STATE_VAR_LOOKUP_TARGET: the lookup run ends at the first L8 line at or past
+# it (0: the first L8 line; the default 0.95 ran on to its 20 steps above)
+PRECISION="" STATE=1 QUICK=1 STATE_TASKS=var STATE_MODELS=lookup STATE_SEEDS=11 STATE_STAGE_STEPS="10 15 20 25" \
+    STATE_VAR_LOOKUP_TARGET=0 STATE_BUDGET=1000 STATE_VAR_LOOKUP_BUDGET=1000 JOBS=1 WORK="$tmp/target" LATENT="$latent" PYTHON="$PY" \
+    bash "$root/models/experiment.sh" >>"$tmp/target.log" 2>&1 &&
+    [ "$("$PY" -c 'import json, sys; print(" ".join(json.loads(l)["stage"] for l in open(sys.argv[1])))' \
+        "$tmp/target/results/var.lookup.s11.curve.jsonl")" = "L2 L2 L8" ] &&
+    ok "STATE_VAR_LOOKUP_TARGET ends the lookup run at L8's first line past it" ||
+    fail "STATE_VAR_LOOKUP_TARGET" "$(tail -n 5 "$tmp/target.log")"
 # STATE_VAR_FORK_GAMMA_REC's tool: the retrofit leaves the path closed, the tool opens it in place
 cp -r "$tmp/whole/var-s11/t2mlr.init" "$tmp/open.init"
 [ "$("$PY" "$root/models/tools/st_scalar.py" "$tmp/open.init" model.t2mlr.gamma_rec)" = model.t2mlr.gamma_rec=0 ] &&
