@@ -271,7 +271,7 @@ EOF
 #      ends at another digit variable (0; `latent data var-assign --decoy`);
 #      the test sets have none; STATE_VAR_DECOY_FROM: the first depth
 #      stage whose training records have them (1); STATE_VAR_DECOY_GAMMA:
-#      the decoys start only once T2MLR's gamma_rec has reached this value
+#      the decoys start only once T2MLR's |gamma_rec| has reached this value
 #      (unset: from the stage on; decoys from the fork slowed the recurrent
 #      path's opening in every seed, docs/experiments.md), and stay on;
 #      STATE_VAR_DECOY_DEPTH=k: they also wait until depths 1..k are learnt

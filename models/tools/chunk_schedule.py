@@ -10,7 +10,7 @@ lr:   the learning rate of the chunk that ends at STEP: BASE, halved once
       most 4 times, to 1/16).
 data: the suffix of its training set: "d" (the records with decoys) once
       the gate is open, that is once STAGE >= DECOY_FROM and the curve's
-      last line trained on decoys, or had gamma_rec >= GATE
+      last line trained on decoys, or had |gamma_rec| >= GATE
       (STATE_VAR_DECOY_GAMMA) and depths 1..DEPTH learnt: their mean
       accuracy on the stage's test set >= 0.9, stage DEPTH's criterion,
       in stage DEPTH or later (STATE_VAR_DECOY_DEPTH; 0: no such
@@ -46,6 +46,13 @@ def chunk_lr(curve, final, cool, base, step, follow=""):
     return float(base) / 2 ** min(n, 4)
 
 
+def path_open(line, gate):
+    """Whether LINE's recurrent path is open to GATE: |gamma_rec| >= GATE.
+    The path enters as tanh(gamma_rec) times a learnt projection
+    (../shared/spec/models.md), so a negative gamma_rec opens it as well."""
+    return abs(line.get("gamma_rec", 0.0)) >= float(gate)
+
+
 def depths_learnt(line, depth):
     """Whether LINE's accuracy at depths 1..DEPTH on its stage's test set
     meets a stage's criterion (stage DEPTH's own; a stage before DEPTH has
@@ -62,8 +69,7 @@ def chunk_data(curve, stage, first, gate, depth, step, follow=""):
         return "d" if at_step(follow, step, "decoy", 0) == 1 else ""
     last = curve_lines(curve)[-1:]
     on = bool(last) and (last[0].get("decoy", 0) == 1
-                         or (last[0].get("gamma_rec", -1e30) >= float(gate)
-                             and depths_learnt(last[0], depth)))
+                         or (path_open(last[0], gate) and depths_learnt(last[0], depth)))
     return "d" if on else ""
 
 

@@ -123,6 +123,10 @@ cut_curve() { head -n "$1" "$tmp/gate.jsonl" >"$tmp/cut$1.jsonl"; echo "$tmp/cut
     [ "$(schedule data "$(cut_curve 4)" 2 1 0.5 2 1250)" = d ] &&  # depths 1-2 at 0.885: on because the last had them
     [ "$(printf '{"step": 500, "stage": 3, "cpu_s": 9, "lr": 1e-3, "gamma_rec": 0.6, "stage_acc": {"1": 0.93, "2": 0.9, "3": 0.2}}\n' >"$tmp/learnt.jsonl"
          schedule data "$tmp/learnt.jsonl" 3 1 0.5 2 750)" = d ] &&  # depths 1-2 at 0.915 and the path open: on
+    [ "$(sed 's/"gamma_rec": 0.6/"gamma_rec": -0.6/' "$tmp/learnt.jsonl" >"$tmp/negative.jsonl"
+         schedule data "$tmp/negative.jsonl" 3 1 0.5 2 750)" = d ] &&  # gamma_rec -0.6 opens the path as well
+    [ "$(sed 's/"gamma_rec": 0.6/"gamma_rec": -0.4/' "$tmp/learnt.jsonl" >"$tmp/negative.jsonl"
+         schedule data "$tmp/negative.jsonl" 3 1 0.5 2 750)" = "" ] &&  # -0.4 does not
     [ "$(schedule data "$(cut_curve 3)" L8 1 0.5 0 1000)" = "" ] &&
     [ "$(schedule data "$(cut_curve 3)" 2 3 0.5 0 1000)" = "" ] &&
     [ "$(schedule data "$(cut_curve 3)" 2 1 "" 0 1000)" = "" ] &&
