@@ -252,7 +252,7 @@ experiment-state: $(BUILD)/latent
 # stage run on until the task's target is met or 2 hours of CPU are spent;
 # NP=N runs every chunk under `mpirun -np N` (the same batches; N cores).
 # STATE_TASKS=var takes var's long recipe: one query a record, long stage
-# caps, no cool-down, decoy chains once gamma_rec reaches 0.5 (the sixteenth
+# caps, no cool-down, decoy chains once |gamma_rec| reaches 0.5 (the sixteenth
 # session of docs/experiments.md; each STATE_VAR_ setting can be overridden).
 # Stopped, it continues where it stopped. Report in build/experiment-long/report.
 experiment-long: $(BUILD)/latent
