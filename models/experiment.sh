@@ -529,9 +529,9 @@ elif more == "1":
     elif lookup:
         met = lookup_met(sa, 0.9)
     else:
-        k = int(stage)
-        v = [a for x, a in sa.items() if 1 <= int(x) <= k]
-        met = sum(v) / len(v) >= 0.9
+        sys.path.insert(0, "models/tools")
+        from chunk_schedule import stage_met
+        met = stage_met(sa, stage)
     line["next"] = "advance" if met or line["cpu_s"] >= float(end_cpu) else "stay"
 else:
     line["next"] = "stay"

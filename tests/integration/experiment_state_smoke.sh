@@ -94,9 +94,10 @@ assert cv('plain') == cv('t2mlr'), (cv('plain'), cv('t2mlr'))
 PYEOF
 
 # each chunk's rate and data from a curve (models/tools/chunk_schedule.py):
-# the gate on gamma_rec (and, with DEPTH, on depths 1..DEPTH learnt) opens
-# the decoys and they stay on when it falls back; the lookup stages and the stages before DECOY_FROM never get them; a
-# run on another's schedule takes that run's rate and data at each step
+# the gate on |gamma_rec| (and, with DEPTH, on depths 1..DEPTH learnt)
+# opens the decoys and they stay on when it falls back; the lookup stages
+# and the stages before DECOY_FROM never get them; a run on another's
+# schedule takes that run's rate and data at each step
 "$PY" - "$tmp/gate.jsonl" "$tmp/followed.jsonl" <<'PYEOF'
 import json, sys
 # the third line: depth 1 learnt (0.97), depths 1-2 not (mean 0.87), on its stage's test set
@@ -137,7 +138,7 @@ cut_curve() { head -n "$1" "$tmp/gate.jsonl" >"$tmp/cut$1.jsonl"; echo "$tmp/cut
     [ "$(cat "$tmp/gate.jsonl" "$tmp/gate.jsonl" "$tmp/gate.jsonl" >"$tmp/long.jsonl"; schedule lr "$tmp/long.jsonl" 2 0 1e-3 1500)" = 6.25e-05 ] &&  # six lines: 1/16 at most
     [ "$(schedule lr "$tmp/gate.jsonl" 5 0 1e-3 1500 "$tmp/followed.jsonl")" = 0.00025 ] &&
     ! schedule lr "$tmp/gate.jsonl" 5 2>/dev/null &&
-    ok "chunk_schedule.py: the decoy gate opens on gamma_rec and the depths learnt and stays open, the rate halves per final-stage line, a follower copies both" ||
+    ok "chunk_schedule.py: the decoy gate opens on |gamma_rec| and the depths learnt and stays open, the rate halves per final-stage line, a follower copies both" ||
     fail "chunk_schedule.py's rates or decoy gate"
 
 # stopped after 15 steps, then run again to 30: it continues
