@@ -251,6 +251,12 @@ EOF
 #      STATE_VAR_STAGE_CPU ("300 600 900 1200": CPU s after the lookup run's
 #      end at which depth stages 1-4 end, criterion unmet),
 #      STATE_VAR_COOL_AFTER (1800: var's cool-down, CPU s after that end),
+#      STATE_VAR_STAGE_STEPS, STATE_VAR_COOL_AFTER_STEPS: the same two in
+#      steps after the lookup run's end instead of CPU seconds (unset: the
+#      CPU seconds), so that the recipe takes the same steps on every CPU;
+#      with STATE_VAR_LOOKUP_STEPS the whole var recipe is pinned in steps,
+#      but for L2's cap (STATE_VAR_LOOKUP_L2_CPU, unused when L2 meets its
+#      criterion);
 #      STATE_D (the model width of every task, FFN 4x; default s5 128, var 64),
 #      STATE_VAR_LOOKUP_STEPS (its steps at most; QUICK: 20);
 #      STATE_VAR_FORK_GAMMA_REC: T2MLR's gamma_rec at the fork (unset: 0, as
@@ -365,7 +371,7 @@ state_model() { # task model seed
     local d="$work/$t-s$s" out="$work/results/$t.$m.s$s"
     [ -s "$out.eval.json" ] && return 0
     local kind=plain dm=64 ff=256 stages="1 2 3 4 5" final=5 chunk=${STATE_CHUNK:-250} ends="360 540 720 900"
-    local budget=$state_budget lookup=0 from="" step0=0 cpu0=0 own_max=$state_max_steps lr=2e-3 prec=$precision
+    local budget=$state_budget lookup=0 from="" end_steps="" step0=0 cpu0=0 own_max=$state_max_steps lr=2e-3 prec=$precision
     [ "$m" = t2mlr ] && kind=t2mlr
     [ "$m" = lrt ] && kind=lrt
     [ "$t" = s5 ] && { dm=128 ff=512 stages="4 8 16" final=16 chunk=${STATE_CHUNK:-500} ends="600 900"; }
@@ -390,12 +396,18 @@ state_model() { # task model seed
             # never learnt depth 2, docs/experiments.md)
             ends=$("$PY" -c 'import sys; c = float(sys.argv[1]); print(" ".join("%.0f" % (c + float(x)) for x in sys.argv[2:]))' \
                 "$cpu0" ${STATE_VAR_STAGE_CPU:-300 600 900 1200})
+            # or at steps after that end, which every machine takes alike (CPU
+            # seconds made the same recipe take other steps on another CPU)
+            if [ -n "${STATE_VAR_STAGE_STEPS:-}" ]; then
+                ends=""
+                for x in $STATE_VAR_STAGE_STEPS; do end_steps="$end_steps $((step0 + x))"; done
+            fi
         fi
     fi
     # var's lookup recipe has its own caps (STATE_VAR_LOOKUP_L2_CPU, STATE_VAR_STAGE_CPU)
     [ "$lookup" = 1 ] || ends=${STATE_STAGE_CPU:-$ends}
     [ "$quick" = 1 ] && chunk=${STATE_CHUNK:-5}
-    local step=0 si=0 wall0
+    local step=0 si=0 wall0 esteps=($end_steps)
     wall0=$(date +%s.%N)
     # a fork continues only from the lookup run it forked from
     local forked_here=1
@@ -461,6 +473,7 @@ PYEOF
     # follow T2MLR's schedule take its rate at each step
     local cool=${STATE_COOL_CPU:-}
     [ -n "$cool" ] || { [ "$t" = s5 ] && cool=1000 || cool=$("$PY" -c 'import sys; print("%.0f" % (float(sys.argv[1]) + float(sys.argv[2])))' "$cpu0" "${STATE_VAR_COOL_AFTER:-1800}"); }
+    [ "$t" != var ] || [ -z "${STATE_VAR_COOL_AFTER_STEPS:-}" ] || cool="step:$((step0 + STATE_VAR_COOL_AFTER_STEPS))"
     [ "$m" = lookup ] && cool=1e30 # the shared lookup run is not the recipe's end
     local chunk_lr
     while :; do
@@ -489,10 +502,10 @@ PYEOF
         status=$("$PY" - "$d/$m.run/train.jsonl" "$d/$m.ev_stage.json" "$d/$m.ev_final.json" "$out.curve.jsonl" \
             "$t" "$stage" "$rec" "$chunk" "$(date +%s.%N)" "$wall0" "$budget" "$max_steps" "$d/$m.cpu" \
             "${en[$si]:-1e30}" "$((si + 1 < ${#st[@]} ? 1 : 0))" "$(echo $stage_steps | cut -d' ' -f$((si + 1)))" \
-            "${STATE_UNTIL_TARGET:-0}" "$step0" "$chunk_lr" "$gammas" "$dsuf" "${STATE_VAR_LOOKUP_TARGET:-0.95}" <<'PYEOF'
+            "${STATE_UNTIL_TARGET:-0}" "$step0" "$chunk_lr" "$gammas" "$dsuf" "${STATE_VAR_LOOKUP_TARGET:-0.95}" "${esteps[$si]:-}" <<'PYEOF'
 import json, os, sys
 (jl, es, ef, curve, task, stage, rec, chunk, now, wall0, budget, max_steps, cpuf, end_cpu, more, at, until, step0, lr,
- gammas, dsuf, lookup_target) = sys.argv[1:]
+ gammas, dsuf, lookup_target, end_step) = sys.argv[1:]
 rows = [json.loads(l) for l in open(jl) if l.strip()]
 prev = [json.loads(l) for l in open(curve)] if os.path.exists(curve) else []
 tok0, sec0, cpu0 = (prev[-1]["tokens"], prev[-1]["train_s"], prev[-1]["cpu_s"]) if prev else (0, 0.0, 0.0)
@@ -532,7 +545,8 @@ elif more == "1":
         sys.path.insert(0, "models/tools")
         from chunk_schedule import stage_met
         met = stage_met(sa, stage)
-    line["next"] = "advance" if met or line["cpu_s"] >= float(end_cpu) else "stay"
+    capped = line["cpu_s"] >= float(end_cpu) or (end_step != "" and line["step"] >= int(end_step))
+    line["next"] = "advance" if met or capped else "stay"
 else:
     line["next"] = "stay"
 open(curve, "a").write(json.dumps(line) + "\n")

@@ -6,8 +6,8 @@ usage: chunk_schedule.py lr CURVE FINAL_STAGE COOL BASE STEP [FOLLOW]
        chunk_schedule.py data CURVE STAGE DECOY_FROM GATE DEPTH STEP [FOLLOW]
 
 lr:   the learning rate of the chunk that ends at STEP: BASE, halved once
-      for each line of the final stage at or past COOL CPU seconds (at
-      most 4 times, to 1/16).
+      for each line of the final stage at or past COOL CPU seconds, or at
+      or past step N where COOL is "step:N" (at most 4 times, to 1/16).
 data: the suffix of its training set: "d" (the records with decoys) once
       the gate is open, that is once STAGE >= DECOY_FROM and the curve's
       last line trained on decoys, or had |gamma_rec| >= GATE
@@ -41,8 +41,10 @@ def at_step(path, step, field, default):
 def chunk_lr(curve, final, cool, base, step, follow=""):
     if follow:
         return at_step(follow, step, "lr", float(base))
+    # "step:N" counts steps, which every machine takes alike; CPU seconds do not
+    field, at = ("step", cool[5:]) if cool.startswith("step:") else ("cpu_s", cool)
     n = sum(1 for line in curve_lines(curve)
-            if str(line["stage"]) == final and line["cpu_s"] >= float(cool))
+            if str(line["stage"]) == final and line[field] >= float(at))
     return float(base) / 2 ** min(n, 4)
 
 
