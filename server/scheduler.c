@@ -968,7 +968,18 @@ void srv_sched_free(srv_sched *s) {
     int n_free = 0, cap_free = 0;
     pthread_mutex_lock(&s->mu);
     publish(s, &to_free, &n_free, &cap_free);
-    /* Sessions left on the ready list keep their reference until the loop takes them. */
+    /* The ready list dies with the scheduler, so its references go too: a
+     * session the loop released after its last take (its finish seen in the
+     * events while the step thread pushed it again) is freed here, and one the
+     * loop still holds keeps the loop's own reference. */
+    for (srv_session *x = s->ready_head, *nx; x; x = nx) {
+        nx = x->ready_next;
+        x->on_ready = 0;
+        srv_session *f = unref_locked(x);
+        if (f && GROW(to_free, cap_free, n_free + 1) == 0) to_free[n_free++] = f;
+        else if (f) srv_session_free(f);
+    }
+    s->ready_head = NULL;
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < n_free; i++) srv_session_free(to_free[i]);
     free(to_free);

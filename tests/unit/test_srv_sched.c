@@ -221,6 +221,31 @@ static void test_cancel(const latent_model *m) {
     CHECK(srv_session_live() == 0, "every session freed: %ld alive", srv_session_live());
 }
 
+/* The loop releases a session it has seen finish while the step thread has
+ * pushed it onto the ready list again (the finish read from its events before
+ * the push): freeing the scheduler must free it. Reproduced here without a
+ * race: the session finishes untaken, so it sits on the ready list. */
+static void test_free_with_ready(const latent_model *m) {
+    long before = srv_session_live();
+    srv_sched *s = start(m, 1, 1, 4 << 20);
+    srv_session *x = make(8, 5, 7);
+    srv_sched_submit(s, x);
+    srv_sched_stats st;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        struct timespec nap = {0, 2 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        srv_sched_get_stats(s, &st);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (st.held > 0 && now.tv_sec - t0.tv_sec <= 20);
+    CHECK(st.held == 0, "the session finishes without the loop taking it");
+    srv_sched_release(s, x);
+    srv_sched_free(s);
+    CHECK(srv_session_live() == before, "a released session left on the ready list is freed with the scheduler: %ld alive",
+          srv_session_live() - before);
+}
+
 /* Three sessions with logprobs, two slots, k-th allocation failing (k < 0:
  * none); returns the sessions that ended with an error. */
 static int faulty_run(const latent_model *m, int k, int *calls) {
@@ -266,6 +291,7 @@ int main(void) {
     test_pause_gives_slot(&m);
     test_pool_pressure(&m);
     test_cancel(&m);
+    test_free_with_ready(&m);
     test_alloc_failures(&m);
     latent_model_free(&m);
     return tu_finish("test_srv_sched");
