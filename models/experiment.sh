@@ -220,7 +220,9 @@ EOF
 # budget) or STATE_MAX_STEPS steps. The curve records both. Results in
 # WORK (build/experiment-state)/results: TASK.MODEL.sSEED.curve.jsonl (a line
 # per chunk: step, stage, training tokens, training seconds, accuracies),
-# .eval.json (final `latent eval`; s5 also .eval32.json, twice the length).
+# .eval.json (final `latent eval`; s5 also .eval32.json, twice the length;
+# var also .heldout.json, the final model on a held-out set of
+# STATE_VAR_HELDOUT records, 5000, QUICK 100: state_heldout below).
 # The report (models/tools/experiment_report.py --state) goes to WORK/report.
 # env: STATE_TASKS ("s5 var"), STATE_MODELS ("t2mlr plain"; also lrt, with
 #      STATE_LRT_SOURCE (3: the memory from the last block, the LRT search of
@@ -569,6 +571,36 @@ PYEOF
     log "$t/$m (seed $s): $step steps, $(tail -n 1 "$out.curve.jsonl" | "$PY" -c 'import json,sys; l=json.load(sys.stdin); print("%.0f CPU s of training (%.0f s wall), final stage %s" % (l["cpu_s"], l["train_s"], l["stage"]))')"
 }
 
+# A finished var run, measured again on a held-out test set: the runs stop
+# at the first chunk whose test set reaches the target, so that set's figure
+# is picked from an oscillating curve. This set (STATE_VAR_HELDOUT records,
+# 5000; QUICK 100) has the final test set's parameters, read from its .json,
+# and a seed nothing else uses; `latent eval` writes $out.heldout.json.
+state_heldout() { # model seed
+    local m=$1 s=$2 d="$work/var-s$2" out="$work/results/var.$1.s$2"
+    [ -s "$out.eval.json" ] || return 0
+    [ -s "$out.heldout.json" ] && [ "$out.heldout.json" -nt "$out.eval.json" ] && return 0 # a continued run is measured again
+    local h="$d/heldout" n=${STATE_VAR_HELDOUT:-5000}
+    [ "$quick" = 1 ] && n=${STATE_VAR_HELDOUT:-100}
+    if [ ! -s "$h.json" ] || [ "$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["n_records"])' "$h.json")" != "$n" ]; then
+        local args
+        args=$("$PY" - "$d/test5.json" <<'PYEOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+print("--min-depth %d --max-depth %d --n-base %d --distractors %d --record-len %d --order %s" % (
+    t["min_depth"], t["max_depth"], t["n_base"], t["n_distractors"], t["record_len"],
+    "program" if t["program_order"] else "shuffled"))
+PYEOF
+        ) || return 1
+        # seed s*100 + 95: train sets use s*100 + 1..5, test sets + 51..55, lookups + 12, 18, 62, 68
+        # shellcheck disable=SC2086
+        "$latent" data var-assign $args --n-records "$n" --seed $((s * 100 + 95)) --out "$h" >/dev/null 2>&1 ||
+            { log "var/$m (seed $s): the held-out set failed"; return 1; }
+    fi
+    "$latent" eval --model "$d/$m.run/latest" --data "$h.bin" --json --bucket-width 1 >"$out.heldout.tmp" 2>/dev/null &&
+        mv "$out.heldout.tmp" "$out.heldout.json" || { log "var/$m (seed $s): the held-out eval failed"; return 1; }
+}
+
 if [ "${STATE:-0}" = 1 ]; then
     state_tasks=${STATE_TASKS:-"s5 var"}
     state_models=${STATE_MODELS:-"t2mlr plain"} # T2MLR first: plain follows its schedule
@@ -605,6 +637,9 @@ if [ "${STATE:-0}" = 1 ]; then
     done
     throttle 1
     [ $failed = 0 ] || { log "a run failed"; exit 1; }
+    if [[ " $state_tasks " = *" var "* ]]; then
+        for s in $state_seeds; do for m in $state_models; do state_heldout "$m" "$s" || exit 1; done; done
+    fi
     # NP: under mpirun a run is NP ranks of one thread, and the report says so
     "$PY" models/tools/experiment_report.py --state "$work/results" "$work/report" "$(machine_line)" "$jobs" "$prec_said" \
         "$state_budget" "$quick" "${NP:-1}"

@@ -29,6 +29,20 @@ for tl in s5:6 var:10; do
         ok "$t: a final evaluation and a curve line per chunk of 5 steps" ||
         fail "$t: evaluation or curve missing" "$(ls "$tmp/whole/results")"
 done
+# var's held-out set: the final test set's parameters, its own seed, evaluated into .heldout.json and the report
+"$PY" - "$tmp/whole" <<'PYEOF' && ok "var: the held-out set (the test set's parameters, its own seed) in .heldout.json and the report" ||
+import json, sys
+w = sys.argv[1]
+t, h = json.load(open(w + '/var-s11/test5.json')), json.load(open(w + '/var-s11/heldout.json'))
+keys = ('task', 'min_depth', 'max_depth', 'n_base', 'n_distractors', 'record_len', 'program_order', 'vocab_size')
+assert all(t[k] == h[k] for k in keys), [(k, t[k], h[k]) for k in keys if t[k] != h[k]]
+assert h['n_records'] == 100 and h['seed'] not in (t['seed'], 1101, 1102, 1103, 1104, 1105), h['seed']
+ev = json.load(open(w + '/results/var.t2mlr.s11.heldout.json'))
+assert ev['records'] == 100 and any(r['from'] == 5 and r['n'] > 0 for r in ev['rows']), ev
+rows = [l for l in open(w + '/report/experiment-state.md') if l.startswith('| T2MLR') and '| depth ' in l]
+assert rows and rows[0].rstrip().endswith('records) |'), rows
+PYEOF
+    fail "var: the held-out set" "$(ls "$tmp/whole/results" "$tmp/whole/var-s11" | tr '\n' ' ')"
 # the fork: T2MLR starts from the lookup run's weights, and its curve from the lookup's
 REF=$ref "$PY" - "$tmp/whole" <<'PYEOF' && ok "var: T2MLR forks from the lookup run (its backbone, its curve, stages L2 L8 then 1..5)" || fail "var: the fork from the lookup run"
 import json, os, sys
@@ -173,6 +187,10 @@ for t in s5 var; do
         fail "$t: the continued run differs from the whole run" "$(diff "$tmp/whole/results/$t.t2mlr.s11.curve.jsonl" "$tmp/cut/results/$t.t2mlr.s11.curve.jsonl" | head -5)"
     fi
 done
+# the stopped run's held-out figure was measured at step 15: the continued run measures it again
+cmp -s "$tmp/whole/results/var.t2mlr.s11.heldout.json" "$tmp/cut/results/var.t2mlr.s11.heldout.json" &&
+    ok "var: the continued run's held-out figure is its final weights', as the whole run's" ||
+    fail "var: the held-out figure of the continued run" "$(cat "$tmp/whole/results/var.t2mlr.s11.heldout.json" "$tmp/cut/results/var.t2mlr.s11.heldout.json")"
 
 # `make experiment-long NP=2`: each chunk under mpirun on 2 ranks gives the
 # single process's run: the same curve of steps and stages, weights equal to
