@@ -256,9 +256,9 @@ EOF
 #      STATE_VAR_STAGE_STEPS, STATE_VAR_COOL_AFTER_STEPS: the same two in
 #      steps after the lookup run's end instead of CPU seconds (unset: the
 #      CPU seconds), so that the recipe takes the same steps on every CPU;
-#      with STATE_VAR_LOOKUP_STEPS the whole var recipe is pinned in steps,
-#      but for L2's cap (STATE_VAR_LOOKUP_L2_CPU, unused when L2 meets its
-#      criterion);
+#      STATE_VAR_LOOKUP_L2_STEPS: L2's cap in steps instead of
+#      STATE_VAR_LOOKUP_L2_CPU; with these and STATE_VAR_LOOKUP_STEPS the
+#      whole var recipe is pinned in steps;
 #      STATE_D (the model width of every task, FFN 4x; default s5 128, var 64),
 #      STATE_VAR_LOOKUP_STEPS (its steps at most; QUICK: 20);
 #      STATE_VAR_FORK_GAMMA_REC: T2MLR's gamma_rec at the fork (unset: 0, as
@@ -388,6 +388,8 @@ state_model() { # task model seed
             # seed 12's L2 plateau outlasted 600 CPU s, docs/experiments.md)
             stages="L2 L8" ends=${STATE_VAR_LOOKUP_L2_CPU:-1200} budget=${STATE_VAR_LOOKUP_BUDGET:-1500} own_max=${STATE_VAR_LOOKUP_STEPS:-$state_max_steps}
             [ "$quick" = 1 ] && { ends=1; budget=${STATE_VAR_LOOKUP_BUDGET:-2}; own_max=${STATE_VAR_LOOKUP_STEPS:-20}; }
+            # or L2's cap in steps, as the depth stages' below
+            [ -z "${STATE_VAR_LOOKUP_L2_STEPS:-}" ] || { ends=""; end_steps=$STATE_VAR_LOOKUP_L2_STEPS; }
         else
             from="$work/results/$t.lookup.s$s"
             [ -s "$from.eval.json" ] || { log "$t/$m/s$s: no lookup run to start from ($from)"; return 1; }

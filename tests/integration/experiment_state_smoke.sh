@@ -74,24 +74,26 @@ PRECISION="" STATE=1 QUICK=1 STATE_TASKS=var STATE_MODELS=lookup STATE_SEEDS=11 
         "$tmp/target/results/var.lookup.s11.curve.jsonl")" = "L2 L2 L8" ] &&
     ok "STATE_VAR_LOOKUP_TARGET ends the lookup run at L8's first line past it" ||
     fail "STATE_VAR_LOOKUP_TARGET" "$(tail -n 5 "$tmp/target.log")"
-# STATE_VAR_STAGE_STEPS / STATE_VAR_COOL_AFTER_STEPS: the depth stages end, and
-# the final stage cools, at steps after the lookup run's end (20 steps here),
-# with no STATE_STAGE_STEPS and no CPU caps: stages 1-4 end at 25, 30, 35, 40,
-# and the chunk after the stage-5 line at 45 runs at half the rate
-PRECISION="" STATE=1 QUICK=1 STATE_TASKS=var STATE_MODELS=t2mlr STATE_SEEDS=11 STATE_VAR_LOOKUP_STEPS=20 \
+# STATE_VAR_LOOKUP_L2_STEPS / STATE_VAR_STAGE_STEPS / STATE_VAR_COOL_AFTER_STEPS:
+# L2 ends at step 15 (QUICK's CPU cap ended it at 10 above), the depth stages
+# end, and the final stage cools, at steps after the lookup run's end (20
+# steps here), with no STATE_STAGE_STEPS and no CPU caps: stages 1-4 end at
+# 25, 30, 35, 40, and the chunk after the stage-5 line at 45 runs at half the rate
+PRECISION="" STATE=1 QUICK=1 STATE_TASKS=var STATE_MODELS=t2mlr STATE_SEEDS=11 STATE_VAR_LOOKUP_STEPS=20 STATE_VAR_LOOKUP_L2_STEPS=15 \
     STATE_VAR_STAGE_STEPS="5 10 15 20" STATE_VAR_COOL_AFTER_STEPS=25 STATE_MAX_STEPS=30 STATE_BUDGET=1000 \
     STATE_VAR_LOOKUP_BUDGET=1000 JOBS=1 WORK="$tmp/steps" LATENT="$latent" PYTHON="$PY" \
     bash "$root/models/experiment.sh" >>"$tmp/steps.log" 2>&1 &&
     "$PY" - "$tmp/steps/results/var.t2mlr.s11.curve.jsonl" <<'PYEOF' &&
 import json, sys
 fork = [json.loads(l) for l in open(sys.argv[1])]
+assert [l["stage"] for l in fork[:4]] == ["L2", "L2", "L2", "L8"], [l["stage"] for l in fork[:4]]
 fork = [l for l in fork if not str(l["stage"]).startswith("L")]
 got = [(l["step"], l["stage"], l["lr"]) for l in fork]
 want = [(25, 1, 1e-3), (30, 2, 1e-3), (35, 3, 1e-3), (40, 4, 1e-3), (45, 5, 1e-3), (50, 5, 5e-4)]
 assert got == want, got
 PYEOF
-    ok "STATE_VAR_STAGE_STEPS and STATE_VAR_COOL_AFTER_STEPS: stage ends and cool-down in steps" ||
-    fail "STATE_VAR_STAGE_STEPS / STATE_VAR_COOL_AFTER_STEPS" "$(tail -n 5 "$tmp/steps.log")"
+    ok "STATE_VAR_LOOKUP_L2_STEPS, STATE_VAR_STAGE_STEPS and STATE_VAR_COOL_AFTER_STEPS: stage ends and cool-down in steps" ||
+    fail "STATE_VAR_LOOKUP_L2_STEPS / STATE_VAR_STAGE_STEPS / STATE_VAR_COOL_AFTER_STEPS" "$(tail -n 5 "$tmp/steps.log")"
 # STATE_VAR_FORK_GAMMA_REC's tool: the retrofit leaves the path closed, the tool opens it in place
 cp -r "$tmp/whole/var-s11/t2mlr.init" "$tmp/open.init"
 [ "$("$PY" "$root/models/tools/st_scalar.py" "$tmp/open.init" model.t2mlr.gamma_rec)" = model.t2mlr.gamma_rec=0 ] &&
