@@ -62,7 +62,7 @@ TEST_STAMP := build/.testdeps-$(shell echo $(DEB_TEST) | md5sum | cut -c1-8)
 # Keep object files of pattern chains (tests) instead of deleting them as intermediates.
 .SECONDARY:
 
-.PHONY: experiment experiment-state experiment-long bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz mpi
+.PHONY: experiment experiment-state experiment-long experiment-var bench-onednn docs-settings all deps deps-node test-deps unit test test-unit test-integration test-sanitizers run clean bench fuzz mpi
 
 # The MPI plugin joins `all` where OpenMPI's compiler wrapper is installed.
 MPICC ?= mpicc
@@ -263,6 +263,24 @@ experiment-long: $(BUILD)/latent
 	STATE_VAR_DECOY_GAMMA=$(or $(STATE_VAR_DECOY_GAMMA),0.5) \
 	STATE_VAR_STAGE_CPU="$(or $(STATE_VAR_STAGE_CPU),300 3300 4300 5300)" \
 	STATE_VAR_COOL_AFTER=$(or $(STATE_VAR_COOL_AFTER),1000000000) \
+	NP=$(or $(NP),1) bash models/experiment.sh
+
+# Issue 24's variable-assignment recipe, every cap in steps so that any CPU
+# runs it alike (docs/experiments.md, "The twentieth session"): the shared
+# lookup run to L8 0.75 or step 67,000, then depth stages 1-5 with one query
+# a record and decoy chains once |gamma_rec| reaches 0.5, stages capped at
+# 2000/30000/36000/42000 steps after the lookup's end, a cool-down from 50000,
+# each run until depth 5 meets the target or 7200 CPU s; T2MLR then plain
+# (on T2MLR's schedule) for seeds 11, 12, 13, one run at a time: about 6
+# hours on 2 cores. Seeds 11 and 13 meet the target (AMD EPYC Zen 5, f32).
+# Stopped, it continues where it stopped. Report in build/experiment-var/report.
+experiment-var: $(BUILD)/latent
+	STATE=1 JOBS=$(or $(JOBS),1) LATENT=$(BUILD)/latent WORK=$(or $(WORK),build/experiment-var) \
+	STATE_TASKS=var STATE_MODELS="$(or $(STATE_MODELS),t2mlr plain)" STATE_SEEDS="$(or $(STATE_SEEDS),11 12 13)" \
+	STATE_BUDGET=$(or $(STATE_BUDGET),7200) STATE_UNTIL_TARGET=1 \
+	STATE_VAR_LOOKUP_TARGET=0.75 STATE_VAR_LOOKUP_STEPS=67000 STATE_VAR_LOOKUP_L2_STEPS=30000 STATE_VAR_LOOKUP_BUDGET=100000 \
+	STATE_VAR_QUERIES=1 STATE_VAR_DECOY=100 STATE_VAR_DECOY_GAMMA=0.5 \
+	STATE_VAR_STAGE_STEPS="2000 30000 36000 42000" STATE_VAR_COOL_AFTER_STEPS=50000 \
 	NP=$(or $(NP),1) bash models/experiment.sh
 
 # Serves models/default on 127.0.0.1:8080 (a small random T2MLR model is
