@@ -841,6 +841,14 @@ static void push_ready(srv_sched *s, srv_session *x) {
     s->ready_head = x;
 }
 
+/* Under mu: drops one reference; a session left without any goes to
+ * *to_free, freed once the lock is let go. */
+static void unref_deferred(srv_session *x, srv_session ***to_free, int *n_free, int *cap_free) {
+    srv_session *f = unref_locked(x);
+    if (f && GROW(*to_free, *cap_free, *n_free + 1) == 0) (*to_free)[(*n_free)++] = f;
+    else if (f) srv_session_free(f); /* no room to defer it: freed under the lock */
+}
+
 /* Under mu: events into outboxes, finishes, stats. Returns sessions to free
  * (dropped refs) through *to_free, and whether the loop needs waking. */
 static int publish(srv_sched *s, srv_session ***to_free, int *n_free, int *cap_free) {
@@ -864,9 +872,7 @@ static int publish(srv_sched *s, srv_session ***to_free, int *n_free, int *cap_f
         push_ready(s, x);
         woke = 1;
         s->held--;
-        srv_session *f = unref_locked(x);
-        if (f && GROW(*to_free, *cap_free, *n_free + 1) == 0) (*to_free)[(*n_free)++] = f;
-        else if (f) srv_session_free(f); /* no room to defer it: freed under the lock */
+        unref_deferred(x, to_free, n_free, cap_free);
     }
     s->done_head = NULL;
     srv_sched_stats *st = &s->stats;
@@ -975,9 +981,7 @@ void srv_sched_free(srv_sched *s) {
     for (srv_session *x = s->ready_head, *nx; x; x = nx) {
         nx = x->ready_next;
         x->on_ready = 0;
-        srv_session *f = unref_locked(x);
-        if (f && GROW(to_free, cap_free, n_free + 1) == 0) to_free[n_free++] = f;
-        else if (f) srv_session_free(f);
+        unref_deferred(x, &to_free, &n_free, &cap_free);
     }
     s->ready_head = NULL;
     pthread_mutex_unlock(&s->mu);
